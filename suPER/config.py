@@ -1,0 +1,383 @@
+"""Typed experiment configuration: one dataclass per concern, values from YAML, dotted overrides.
+
+The dataclasses only type and validate; the paper's values live in ``experiments/envs/<env>.yaml``
+(one file per environment, holding that environment's settings and its DQN hyperparameters).
+A run's configuration is resolved as::
+
+    ExperimentConfig defaults  <-  experiments/envs/<env>.yaml  <-  CLI named flags  <-  --set a.b=value
+
+and the resolved result is written to the run folder as ``config.json``.
+
+This module imports nothing heavy (no torch, ray or wandb) so the CLI can validate input instantly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+"""Repository root (the folder holding ``experiments/``)."""
+
+EXPERIMENTS_DIR = ROOT / "experiments"
+ENV_NAMES = ("pursuit", "battle", "adversarial_pursuit")
+"""The paper's three environments (registry keys; also the YAML file names)."""
+
+
+class ConfigError(ValueError):
+    """Bad user input in a config value: the message names the key and what was expected."""
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to build and with which settings (REFERENCE section 4)."""
+
+    name: str = "pursuit"
+    """registry key: pursuit | battle | adversarial_pursuit"""
+    horizon: int = 500
+    """steps after which an episode is truncated (the original forced 500 for every env)"""
+    truncation_is_terminal: bool = False
+    """treat horizon truncation as a terminal transition (no bootstrap), as the original did"""
+    seed_offset: int = 100
+    """training env seed = run seed + seed_offset (the original used +100)"""
+    eval_seed_offset: int = 10_000
+    """evaluation env seed = run seed + seed_offset + eval_seed_offset (the original reused the train seed)"""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """constructor arguments passed to the PettingZoo/MAgent2 env (map_size, n_evaders, ...)"""
+    opponent: str = "random"
+    """fixed opponent policy for battle/adversarial_pursuit: random (pretrained arrives with opponents)"""
+    opponent_epsilon: float = 0.0
+    """epsilon-greedy exploration of the fixed opponent (0 = greedy)"""
+    pad_like_original: bool = True
+    """adversarial_pursuit: pad prey obs to 10x10 and actions to 13 as the original's SuperSuit wrappers"""
+
+
+@dataclass
+class DQNConfig:
+    """Independent (double/dueling) DQN with per-agent prioritized replay (REFERENCE sections 3, 5, 6)."""
+
+    double_q: bool = True
+    """use the online net to pick the bootstrap action (double DQN)"""
+    dueling: bool = True
+    """Q = V + (A - mean A) heads"""
+    model: Literal["conv", "mlp"] = "conv"
+    """conv = the paper's per-env conv body; mlp = 2x64 tanh on flattened obs"""
+    hiddens: int = 256
+    """width of the body output and of the hidden layer in each head"""
+    lr: float = 1.6e-4
+    """Adam learning rate"""
+    adam_eps: float = 1e-8
+    """Adam epsilon"""
+    gamma: float = 0.99
+    """discount factor"""
+    grad_clip: float = 40.0
+    """gradient-norm clip per agent network"""
+    buffer_size: int = 120_000
+    """replay capacity per agent (per policy), in transitions"""
+    batch_size: int = 32
+    """transitions sampled per agent per update"""
+    rollout_fragment_length: int = 4
+    """env steps between updates; every learner takes one gradient step per fragment"""
+    learning_starts: int = 1000
+    """env steps sampled before the first update (updates start when env_steps > learning_starts)"""
+    target_update_freq: int = 1000
+    """hard copy online -> target every this many env steps"""
+    epsilon_initial: float = 0.1
+    """epsilon-greedy start value"""
+    epsilon_final: float = 0.001
+    """epsilon-greedy final value"""
+    epsilon_timesteps: int = 100_000
+    """env steps over which epsilon decays linearly"""
+    per_alpha: float = 0.6
+    """prioritized replay exponent"""
+    per_beta: float = 0.4
+    """importance-sampling exponent (constant, as the original)"""
+    per_eps: float = 1e-6
+    """priority = |td| + per_eps"""
+    parameter_sharing: bool = False
+    """one network (and one buffer) for the whole learning team"""
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linear schedule: eps(t) = eps0 + min(1, t / T) * (eps1 - eps0)."""
+        frac = min(1.0, env_steps / max(1, self.epsilon_timesteps))
+        return self.epsilon_initial + frac * (self.epsilon_final - self.epsilon_initial)
+
+
+@dataclass
+class RelayConfig:
+    """SUPER experience relay settings (REFERENCE section 1); used from the SUPER issue on."""
+
+    enabled: bool = False
+    """relay surprising transitions to teammates (the paper's --suPER)"""
+    mode: Literal["quantile", "gaussian", "gaussian_variance", "stochastic"] = "quantile"
+    """selection rule; gaussian_variance reproduces the original's variance-as-scale threshold"""
+    bandwidth: float = 0.1
+    """fraction of each sender's fresh transitions to relay (0 = none, 1 = all)"""
+    window: int = 1500
+    """length of each sender's sliding |TD| window, in transitions"""
+    team: str = ""
+    """substring (or comma-separated list of ids) selecting who relays; empty = the whole learning team"""
+    insertion_priority: Literal["max", "sender", "legacy"] = "max"
+    """priority of relayed rows in the receiver's buffer"""
+
+
+@dataclass
+class RunConfig:
+    """Budget, evaluation, seeds, output and logging: everything that is not the algorithm or the env."""
+
+    algo: str = "ddqn"
+    """algorithm registry key: dqn | ddqn"""
+    num_timesteps: int = 800_000
+    """env steps to train for"""
+    seed: int = 1
+    """run seed (python, numpy, torch); env seeds derive from it"""
+    eval_interval: int = 0
+    """env steps between evaluations; 0 = num_timesteps / eval_points"""
+    eval_points: int = 200
+    """number of evaluations when eval_interval is 0 (the original evaluated 200 times)"""
+    eval_episodes: int = 20
+    """greedy episodes per evaluation"""
+    out: str = "runs"
+    """parent folder of run folders"""
+    name: str = ""
+    """run folder name; empty = <env>__<algo>__s<seed>[__<tag>]"""
+    tag: str = ""
+    """free-form label appended to the run name and recorded in the manifest"""
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    """torch device for networks"""
+    threads: int = 0
+    """torch intra-op threads; 0 = leave torch's default"""
+    wandb: bool = False
+    """log to Weights & Biases (offline unless wandb_mode=online and WANDB_API_KEY is set)"""
+    wandb_project: str = "super-marl"
+    """W&B project"""
+    wandb_group: str = ""
+    """W&B group (the paper's --experiment_group)"""
+    wandb_mode: Literal["offline", "online"] = "offline"
+    """offline writes under the run folder; online needs WANDB_API_KEY"""
+    progress: bool = True
+    """show a progress bar"""
+
+    @property
+    def resolved_eval_interval(self) -> int:
+        """Env steps between evaluations."""
+        if self.eval_interval > 0:
+            return self.eval_interval
+        return max(1, self.num_timesteps // max(1, self.eval_points))
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything a run needs; the trainer receives the parts it uses."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def validate(self) -> ExperimentConfig:
+        """Check ranges and cross-field arithmetic; raise ConfigError naming the offending key."""
+        _check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
+        _check(self.env.horizon >= 1, "env.horizon", "an integer >= 1", self.env.horizon)
+        _check(0.0 <= self.env.opponent_epsilon <= 1.0, "env.opponent_epsilon", "a number in [0, 1]",
+               self.env.opponent_epsilon)
+        d = self.dqn
+        _check(d.lr > 0, "dqn.lr", "a positive number", d.lr)
+        _check(0 < d.gamma <= 1, "dqn.gamma", "a number in (0, 1]", d.gamma)
+        _check(d.buffer_size >= 1, "dqn.buffer_size", "an integer >= 1", d.buffer_size)
+        _check(d.batch_size >= 1, "dqn.batch_size", "an integer >= 1", d.batch_size)
+        _check(d.rollout_fragment_length >= 1, "dqn.rollout_fragment_length", "an integer >= 1",
+               d.rollout_fragment_length)
+        _check(d.learning_starts >= 0, "dqn.learning_starts", "an integer >= 0", d.learning_starts)
+        _check(d.target_update_freq >= 1, "dqn.target_update_freq", "an integer >= 1", d.target_update_freq)
+        _check(0 <= d.epsilon_final <= 1 and 0 <= d.epsilon_initial <= 1, "dqn.epsilon_initial/epsilon_final",
+               "numbers in [0, 1]", (d.epsilon_initial, d.epsilon_final))
+        _check(d.per_alpha >= 0 and d.per_beta >= 0 and d.per_eps > 0, "dqn.per_alpha/per_beta/per_eps",
+               "alpha >= 0, beta >= 0, eps > 0", (d.per_alpha, d.per_beta, d.per_eps))
+        r = self.relay
+        _check(0.0 <= r.bandwidth <= 1.0 and not math.isnan(r.bandwidth), "--suPER_bandwidth",
+               "a number in [0, 1]", r.bandwidth)
+        _check(r.window >= 1, "--suPER_window", "an integer >= 1", r.window)
+        _check(r.mode in _literal_values(RelayConfig, "mode"),
+               "--suPER_mode", f"one of {', '.join(_literal_values(RelayConfig, 'mode'))}", r.mode)
+        _check(r.insertion_priority in _literal_values(RelayConfig, "insertion_priority"),
+               "--suPER_insertion_priority", "one of max, sender, legacy", r.insertion_priority)
+        u = self.run
+        _check(u.num_timesteps >= 1, "--num-timesteps", "an integer >= 1", u.num_timesteps)
+        _check(u.eval_interval >= 0, "--eval-interval", "an integer >= 0", u.eval_interval)
+        _check(u.eval_points >= 1, "run.eval_points", "an integer >= 1", u.eval_points)
+        _check(u.eval_episodes >= 0, "--eval-episodes", "an integer >= 0", u.eval_episodes)
+        _check(u.threads >= 0, "--threads", "an integer >= 0", u.threads)
+        _check(u.device in ("cpu", "cuda", "auto"), "--device", "cpu, cuda or auto", u.device)
+        _check(u.algo in ALGOS, "--algo", f"one of {', '.join(ALGOS)}", u.algo)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON-serialisable)."""
+        return dataclasses.asdict(self)
+
+    @property
+    def run_name(self) -> str:
+        """The run folder name: explicit ``run.name`` or ``<env>__<algo>__s<seed>[__<tag>]``."""
+        if self.run.name:
+            return self.run.name
+        algo = self.run.algo + (f"_super_{self.relay.mode}" if self.relay.enabled else "")
+        if self.dqn.parameter_sharing:
+            algo += "_ps"
+        name = f"{self.env.name}__{algo}__s{self.run.seed}"
+        return f"{name}__{self.run.tag}" if self.run.tag else name
+
+
+ALGOS = ("dqn", "ddqn")
+"""Algorithm registry keys handled by the native DQN trainer (dqn = neither dueling nor double-Q)."""
+
+ALGO_PRESETS: dict[str, dict[str, Any]] = {
+    "dqn": {"dqn.double_q": False, "dqn.dueling": False},
+    "ddqn": {"dqn.double_q": True, "dqn.dueling": True},
+}
+"""Overrides each algorithm key implies (the paper's DQN vs dueling double DQN)."""
+
+
+def _literal_values(cls: type, name: str) -> tuple[str, ...]:
+    hint = get_type_hints(cls)[name]
+    return tuple(get_args(hint)) if get_origin(hint) is Literal else ()
+
+
+def _check(ok: bool, key: str, expected: str, got: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, got {got!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML and dotted overrides
+
+
+def env_yaml_path(env_name: str) -> Path:
+    """Path of an environment's hyperparameter file."""
+    return EXPERIMENTS_DIR / "envs" / f"{env_name}.yaml"
+
+
+def load_env_defaults(env_name: str) -> dict[str, Any]:
+    """Read ``experiments/envs/<env>.yaml`` as a nested dict (sections env, dqn, relay, run)."""
+    if env_name not in ENV_NAMES:
+        raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)}, got {env_name!r}")
+    path = env_yaml_path(env_name)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read hyperparameters ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def parse_value(text: str) -> Any:
+    """Parse a ``--set`` value with YAML rules (so 1e-4, true, [1, 2] and strings all work)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set") -> ExperimentConfig:
+    """Apply dotted-key overrides (``{"dqn.lr": 1e-4, "env.kwargs.n_evaders": 10}``) in place.
+
+    Unknown keys and values of the wrong type raise ConfigError naming ``source`` and the key.
+    """
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        if len(parts) < 2:
+            raise ConfigError(f"{source}: expected section.key=value, got {dotted!r}")
+        section = getattr(cfg, parts[0], None)
+        if section is None or not dataclasses.is_dataclass(section):
+            sections = ", ".join(f.name for f in fields(cfg))
+            raise ConfigError(f"{source}: unknown section {parts[0]!r} in {dotted!r} (expected one of {sections})")
+        names = {f.name for f in fields(section)}
+        if parts[1] not in names:
+            raise ConfigError(f"{source}: unknown key {dotted!r} (known: {', '.join(sorted(names))})")
+        if len(parts) > 2:  # into a dict field such as env.kwargs
+            target = getattr(section, parts[1])
+            if not isinstance(target, dict):
+                raise ConfigError(f"{source}: {'.'.join(parts[:2])} is not a mapping, cannot set {dotted!r}")
+            for p in parts[2:-1]:
+                target = target.setdefault(p, {})
+            target[parts[-1]] = value
+            continue
+        setattr(section, parts[1], _coerce(type(section), parts[1], value, f"{source} {dotted}"))
+    return cfg
+
+
+def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
+    """Coerce ``value`` to the annotated type of ``cls.name`` or raise ConfigError."""
+    hint = get_type_hints(cls)[name]
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ConfigError(f"{where}: expected one of {', '.join(map(str, get_args(hint)))}, got {value!r}")
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        return str(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    return value
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"dqn": {"lr": 1}}`` -> ``{"dqn.lr": 1}``; dict-valued fields (env.kwargs) stay whole."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and not (prefix and k == "kwargs"):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None = None,
+            named: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Build a validated config: defaults <- env YAML <- algo preset <- named flags <- dotted overrides."""
+    cfg = ExperimentConfig()
+    cfg.env.name = env_name
+    apply_overrides(cfg, flatten(load_env_defaults(env_name)), source=str(env_yaml_path(env_name)))
+    if algo not in ALGO_PRESETS:
+        raise ConfigError(f"--algo: expected one of {', '.join(ALGOS)}, got {algo!r}")
+    cfg.run.algo = algo
+    apply_overrides(cfg, ALGO_PRESETS[algo], source="--algo")
+    apply_overrides(cfg, named or {}, source="flags")
+    apply_overrides(cfg, overrides or {}, source="--set")
+    return cfg.validate()
+
+
+def from_dict(data: dict[str, Any]) -> ExperimentConfig:
+    """Rebuild a config from ``to_dict()`` output (e.g. a run's config.json)."""
+    cfg = ExperimentConfig()
+    apply_overrides(cfg, flatten(data), source="config.json")
+    return cfg.validate()
+
+
+def load_json(path: Path) -> ExperimentConfig:
+    """Load a run's ``config.json``."""
+    return from_dict(json.loads(Path(path).read_text()))

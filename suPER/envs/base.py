@@ -1,0 +1,104 @@
+"""The array interface every environment adapter exposes to the trainers.
+
+PettingZoo speaks dicts keyed by agent id; trainers speak arrays with the agent as the first axis.
+The conversion happens exactly once, here at the env boundary (STYLE rule 10). Only the *learning*
+team appears in the arrays; a fixed opponent team is driven inside the adapter and never leaves it.
+
+Shapes (suffixes as in STYLE rule 11): ``N`` learners, ``O...`` one learner's observation (H, W, C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Static description of an adapted environment."""
+
+    name: str
+    """registry key (pursuit | battle | adversarial_pursuit)"""
+    learner_ids: tuple[str, ...]
+    """ids of the N learning agents, in array order"""
+    opponent_ids: tuple[str, ...]
+    """ids of the fixed opponents driven inside the adapter (empty for pursuit)"""
+    obs_shape: tuple[int, ...]
+    """one learner's observation shape, HWC"""
+    obs_dtype: Any
+    """compact dtype the replay buffer stores observations in (lossless for this env)"""
+    n_actions: int
+    """size of each learner's discrete action space"""
+    team: str
+    """learning-team name (pursuer | blue | prey)"""
+
+    @property
+    def n_agents(self) -> int:
+        """Number of learners N."""
+        return len(self.learner_ids)
+
+
+@dataclass
+class StepResult:
+    """What one env step returns, as arrays over the N learners.
+
+    A learner's transition for this step is valid iff it was alive when it acted (the caller knows
+    that mask from before the step). For a learner that died in this step, ``obs_NO`` holds its last
+    observation and ``terminated_N`` is True; from the next step on ``alive_N`` is False and its
+    rows of ``obs_NO`` are zeros.
+    """
+
+    obs_NO: np.ndarray
+    """float32 [N, *obs_shape]: next observation of every learner (zeros for long-dead ones)"""
+    reward_N: np.ndarray
+    """float32 [N]: this step's reward"""
+    terminated_N: np.ndarray
+    """bool [N]: true terminal for that learner (death, game over)"""
+    truncated_N: np.ndarray
+    """bool [N]: cut by the horizon / max_cycles (bootstrap unless truncation_is_terminal)"""
+    alive_N: np.ndarray
+    """bool [N]: the learner acts in the next step"""
+    episode_over: bool
+    """the episode has ended for the learning team: call reset() before stepping again"""
+    info: dict[str, Any] = field(default_factory=dict)
+    """extras; always has 'all_agent_reward' (sum over every agent incl. opponents, as RLlib logged)"""
+
+
+class MultiAgentEnv(Protocol):
+    """A multi-agent env seen as arrays over its learners."""
+
+    spec: EnvSpec
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Start an episode; return float32 obs_NO. Only the first reset of a run passes a seed."""
+        ...
+
+    def step(self, actions_N: np.ndarray) -> StepResult:
+        """Advance one env step with one action per learner (ignored for dead learners)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+class OpponentPolicy(Protocol):
+    """A fixed (never trained) policy for the opponent team, batched over its M agents."""
+
+    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
+        """Return int64 actions [M] for the opponents' observations."""
+        ...
+
+
+class RandomOpponent:
+    """Uniformly random opponent actions from its own seeded generator."""
+
+    def __init__(self, n_actions: int, seed: int | None = None) -> None:
+        self.n_actions = n_actions
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
+        """Uniform actions in [0, n_actions)."""
+        return self.rng.integers(0, self.n_actions, size=len(obs_MO), dtype=np.int64)
