@@ -1,0 +1,105 @@
+"""Environment adapters: PettingZoo/MAgent2 envs seen as arrays over the learning team.
+
+Registry ``ENVS`` maps each key (= ``experiments/envs/<key>.yaml`` and ``EnvConfig.name``) to its
+adapter class; ``make_env`` builds one from an ``EnvConfig``.
+
+Adding a new environment:
+    1. Write ``suPER/envs/<key>.py`` with a class implementing ``MultiAgentEnv`` (``base.py``): a
+       constructor ``(kwargs, horizon, ...)``, ``spec``, ``reset(seed)``, ``step(actions_N)``,
+       ``close()``. Convert dicts to ``[N, ...]`` arrays there and nowhere else.
+    2. Add it to ``ENVS`` below and, if it has an opponent team, to ``_HAS_OPPONENTS``.
+    3. Add ``experiments/envs/<key>.yaml`` and the key to ``suPER.config.ENV_NAMES``.
+    4. Add ``tests/envs/test_<key>.py`` comparing the adapter with the library env step by step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suPER.config import EnvConfig, load_env_defaults
+from suPER.envs.base import EnvSpec, MultiAgentEnv, OpponentPolicy, RandomOpponent, StepResult
+from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
+from suPER.envs.pursuit import PursuitEnv
+
+__all__ = [
+    "ENVS",
+    "AdversarialPursuitEnv",
+    "BattleEnv",
+    "EnvSpec",
+    "MAgentEnv",
+    "MultiAgentEnv",
+    "OpponentPolicy",
+    "PursuitEnv",
+    "RandomOpponent",
+    "StepResult",
+    "env_info",
+    "make_env",
+]
+
+ENVS: dict[str, type] = {
+    "pursuit": PursuitEnv,
+    "battle": BattleEnv,
+    "adversarial_pursuit": AdversarialPursuitEnv,
+}
+"""registry key -> adapter class"""
+
+_HAS_OPPONENTS = ("battle", "adversarial_pursuit")
+
+
+def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
+    """Build the adapter an ``EnvConfig`` describes.
+
+    Args:
+        cfg: env section of the experiment config (name, kwargs, horizon, opponent,
+            pad_like_original).
+        seed: seeds the fixed random opponent's generator (the env itself is seeded by the first
+            ``reset(seed)``, as the original did).
+
+    Returns:
+        The adapter; call ``reset(seed)`` before stepping.
+
+    Raises:
+        ValueError: unknown env name or opponent.
+    """
+    if cfg.name not in ENVS:
+        raise ValueError(f"env.name: expected one of {', '.join(ENVS)}, got {cfg.name!r}")
+    cls = ENVS[cfg.name]
+    if cfg.name not in _HAS_OPPONENTS:
+        return cls(dict(cfg.kwargs), horizon=cfg.horizon)
+    if cfg.opponent != "random":
+        raise ValueError(f"env.opponent: expected random, got {cfg.opponent!r}")
+    env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original)
+    env.set_opponent(RandomOpponent(env.opponent_n_actions, seed=seed))
+    return env
+
+
+def env_info(name: str) -> dict[str, Any]:
+    """Describe an env built with its YAML defaults (for the CLI ``envs`` command).
+
+    Args:
+        name: registry key.
+
+    Returns:
+        dict with name, team, learner_ids, opponent_ids, obs_shape, obs_dtype, n_actions,
+            opponent_obs_shape, opponent_n_actions (empty/0 without opponents), kwargs.
+    """
+    section = load_env_defaults(name).get("env", {})
+    cfg = EnvConfig(name=name, kwargs=dict(section.get("kwargs", {})),
+                    pad_like_original=bool(section.get("pad_like_original", True)))
+    env = make_env(cfg)
+    try:
+        spec = env.spec
+        return {
+            "name": spec.name,
+            "team": spec.team,
+            "learner_ids": list(spec.learner_ids),
+            "opponent_ids": list(spec.opponent_ids),
+            "obs_shape": list(spec.obs_shape),
+            "obs_dtype": str(spec.obs_dtype.__name__),
+            "n_actions": spec.n_actions,
+            "opponent_obs_shape": list(getattr(env, "opponent_obs_shape", ())),
+            "opponent_n_actions": getattr(env, "opponent_n_actions", 0),
+            "kwargs": cfg.kwargs,
+        }
+    finally:
+        env.close()

@@ -1,0 +1,252 @@
+"""MAgent2 battle and adversarial pursuit as ``MultiAgentEnv`` over the learning team.
+
+One base class, ``MAgentEnv``, adapts a ``magent2`` parallel env: the learning team becomes the
+array axis, the other team is driven inside the adapter by a fixed ``OpponentPolicy`` (uniformly
+random by default), batched over all its M agents every step (dead ones get zero rows and
+``alive_M`` False; their actions are not sent).
+
+Death semantics (battle; measured, see STACK-NOTES 1.3): in the step an agent dies, magent2 still
+returns it with ``terminations=True``, its last observation and a reward including dead_penalty;
+from the next step it is gone from ``env.agents``. Here that step reports the learner with
+``terminated_N`` True and its last obs/reward; afterwards ``alive_N`` is False, its obs rows are
+zeros, its reward 0 and its action is ignored (never sent: magent2 would misalign actions of
+agents it no longer lists). When a team is wiped out magent2 terminates every agent.
+
+Padding (``pad_like_original``): the original wrapped the env in SuperSuit's ``pad_observations_v0``
+and ``pad_action_space_v0``, which pad every agent's observation with zeros at the high end of each
+axis to the element-wise largest shape over all agents, and widen every Discrete space to the
+largest n, mapping an agent's out-of-range actions to 0 (no-op). The same rule is applied here to
+learners and opponents; it only changes adversarial pursuit's prey ((9,9,5) -> (10,10,5), 9 -> 13
+actions), since battle's teams share one shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from magent2.environments import adversarial_pursuit_v4, battle_v4
+
+from suPER.envs.base import EnvSpec, OpponentPolicy, RandomOpponent, StepResult
+
+
+class MAgentEnv:
+    """Shared adapter for the two-team MAgent2 envs; subclasses only name the env and the teams.
+
+    ``alive_N`` means "not dead": it turns False the step after a learner terminated and stays
+    True for survivors when the episode is truncated. ``truncated_N`` is set for learners cut by
+    the horizon or max_cycles that did not terminate in that step.
+    """
+
+    name: ClassVar[str]
+    """registry key"""
+    team: ClassVar[str]
+    """id prefix of the learning team"""
+    opponent_team: ClassVar[str]
+    """id prefix of the fixed opponent team"""
+
+    def __init__(
+        self,
+        kwargs: dict[str, Any],
+        horizon: int = 500,
+        opponent: OpponentPolicy | None = None,
+        pad_like_original: bool = True,
+    ) -> None:
+        """Build the magent2 parallel env.
+
+        Args:
+            kwargs: constructor arguments of the magent2 ``parallel_env`` (map_size, max_cycles,
+                minimap_mode, extra_features, reward arguments).
+            horizon: env steps after which an episode is truncated (in addition to max_cycles).
+            opponent: fixed policy of the other team; None = uniformly random, reseeded by every
+                ``reset(seed)`` with a seed.
+            pad_like_original: pad observations and action spaces as SuperSuit's
+                ``pad_observations_v0``/``pad_action_space_v0`` did in the original.
+        """
+        if horizon < 1:
+            raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
+        self.horizon = int(horizon)
+        self._env = self._make_parallel_env(**kwargs)
+        env = self._env
+        agents = env.possible_agents
+        learner_ids = tuple(a for a in agents if a.startswith(self.team + "_"))
+        opponent_ids = tuple(a for a in agents if a.startswith(self.opponent_team + "_"))
+        if not learner_ids or len(learner_ids) + len(opponent_ids) != len(agents):
+            raise ValueError(f"{self.name}: cannot split agents {agents} into {self.team}/{self.opponent_team}")
+        native_obs = {a: tuple(env.observation_space(a).shape) for a in agents}
+        self._native_n = {a: int(env.action_space(a).n) for a in agents}
+        if pad_like_original:
+            padded = tuple(int(d) for d in np.max(np.array(list(native_obs.values())), axis=0))
+            learner_obs = opponent_obs = padded
+            learner_n = opponent_n = max(self._native_n.values())
+        else:
+            learner_obs, opponent_obs = native_obs[learner_ids[0]], native_obs[opponent_ids[0]]
+            learner_n, opponent_n = self._native_n[learner_ids[0]], self._native_n[opponent_ids[0]]
+        self.pad_like_original = pad_like_original
+        self.spec = EnvSpec(
+            name=self.name,
+            learner_ids=learner_ids,
+            opponent_ids=opponent_ids,
+            obs_shape=learner_obs,
+            # obs hold 0/1 presence and HP fractions: float16 keeps them within 5e-4 (not lossless)
+            obs_dtype=np.float16,
+            n_actions=learner_n,
+            team=self.team,
+        )
+        self.opponent_obs_shape: tuple[int, ...] = opponent_obs
+        """one opponent's observation shape as given to the opponent policy"""
+        self.opponent_n_actions: int = opponent_n
+        """size of each opponent's action space as seen by the opponent policy"""
+        self._owns_opponent = opponent is None
+        self.opponent: OpponentPolicy = opponent if opponent is not None else RandomOpponent(opponent_n)
+        """the fixed policy acting for the opponent team every step"""
+
+        n, m = len(learner_ids), len(opponent_ids)
+        # native action counts per row: padded actions >= native n become 0 (SuperSuit's rule)
+        self._learner_native_n_N = np.array([self._native_n[a] for a in learner_ids], dtype=np.int64)
+        self._opp_native_n_M = np.array([self._native_n[a] for a in opponent_ids], dtype=np.int64)
+        self._learner_slot = {a: (i, native_obs[a]) for i, a in enumerate(learner_ids)}
+        self._opp_slot = {a: (i, native_obs[a]) for i, a in enumerate(opponent_ids)}
+        self._obs_NO = np.zeros((n, *learner_obs), dtype=np.float32)
+        self._opp_obs_MO = np.zeros((m, *opponent_obs), dtype=np.float32)
+        self._alive_N = np.zeros(n, dtype=bool)
+        self._opp_alive_M = np.zeros(m, dtype=bool)
+        self._t = 0
+        self._over = True
+
+    def _make_parallel_env(self, **kwargs: Any) -> Any:
+        """Build the wrapped magent2 parallel env (overridden per env)."""
+        raise NotImplementedError
+
+    def set_opponent(self, opponent: OpponentPolicy) -> None:
+        """Replace the opponent policy; the adapter never reseeds a policy given from outside.
+
+        Args:
+            opponent: acts for all M opponents each step; sees obs of ``opponent_obs_shape`` and
+                must return actions in [0, ``opponent_n_actions``).
+        """
+        self.opponent = opponent
+        self._owns_opponent = False
+
+    # ------------------------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Start an episode, as ``parallel_env.reset(seed=seed)`` does.
+
+        Args:
+            seed: reseeds MAgent's RNG (and the default random opponent) when not None; None
+                continues the current streams.
+
+        Returns:
+            float32 [N, *obs_shape]: every learner's observation.
+        """
+        if seed is not None and self._owns_opponent and isinstance(self.opponent, RandomOpponent):
+            self.opponent.rng = np.random.default_rng(seed)
+        obs, _ = self._env.reset(seed=seed)
+        self._t = 0
+        self._over = False
+        self._write_obs(obs)
+        self._alive_N[:] = [a in obs for a in self.spec.learner_ids]
+        self._opp_alive_M[:] = [a in obs for a in self.spec.opponent_ids]
+        return self._obs_NO.copy()
+
+    def step(self, actions_N: np.ndarray) -> StepResult:
+        """Advance one env step: learners act with ``actions_N``, opponents with their policy.
+
+        Args:
+            actions_N: int [N] actions in [0, n_actions); entries of dead learners are ignored.
+
+        Returns:
+            StepResult over the N learners; info has 'all_agent_reward' (every agent, opponents
+            included, as RLlib logged it) and 'opponent_reward' (sum over opponents).
+        """
+        if self._over:
+            raise RuntimeError(f"{type(self).__name__}.step: the episode is over (or never started); call reset()")
+        env = self._env
+        n = self.spec.n_agents
+        acts_N = np.asarray(actions_N, dtype=np.int64).reshape(-1)
+        if acts_N.shape[0] != n:
+            raise ValueError(f"{type(self).__name__}.step: expected {n} actions, got shape {np.shape(actions_N)}")
+        # act (opponents): one batched call over all M rows, dead rows are zeros and masked
+        opp_M = np.asarray(self.opponent.act(self._opp_obs_MO, self._opp_alive_M.copy()), dtype=np.int64)
+        acts_N = np.where(acts_N < self._learner_native_n_N, acts_N, 0).tolist()
+        opp_M = np.where(opp_M < self._opp_native_n_M, opp_M, 0).tolist()
+        actions = {}
+        for a in env.agents:  # only listed agents: magent2 assigns actions by position in env.agents
+            slot = self._learner_slot.get(a)
+            actions[a] = acts_N[slot[0]] if slot is not None else opp_M[self._opp_slot[a][0]]
+
+        obs, rewards, terms, truncs, _ = env.step(actions)
+        self._t += 1
+
+        reward_N = np.zeros(n, dtype=np.float32)
+        terminated_N = np.zeros(n, dtype=bool)
+        all_reward = opponent_reward = 0.0
+        for a, r in rewards.items():
+            all_reward += r
+            slot = self._learner_slot.get(a)
+            if slot is not None:
+                reward_N[slot[0]] = r
+                terminated_N[slot[0]] = terms[a]
+            else:
+                opponent_reward += r
+        opp_terminated = [terms.get(a, False) for a in self.spec.opponent_ids]
+        self._write_obs(obs)
+        cut_all = self._t >= self.horizon or any(truncs.values())
+        truncated_N = self._alive_N & ~terminated_N if cut_all else np.zeros(n, dtype=bool)
+        self._alive_N &= ~terminated_N
+        self._opp_alive_M &= ~np.array(opp_terminated, dtype=bool)
+        self._over = bool(cut_all or not env.agents or not self._alive_N.any())
+        return StepResult(
+            obs_NO=self._obs_NO.copy(),
+            reward_N=reward_N,
+            terminated_N=terminated_N,
+            truncated_N=truncated_N,
+            alive_N=self._alive_N.copy(),
+            episode_over=self._over,
+            info={
+                "all_agent_reward": float(all_reward),
+                "opponent_reward": float(opponent_reward),
+            },
+        )
+
+    def close(self) -> None:
+        """Release the env (and its renderer, if any)."""
+        self._env.close()
+
+    # ------------------------------------------------------------------------------------------
+
+    def _write_obs(self, obs: dict[str, np.ndarray]) -> None:
+        """Copy returned obs into the learner/opponent arrays, zero-padded at the high end.
+
+        Agents absent from ``obs`` (dead before this step) get zero rows.
+        """
+        self._obs_NO.fill(0.0)
+        self._opp_obs_MO.fill(0.0)
+        for a, o in obs.items():
+            slot = self._learner_slot.get(a)
+            target = self._obs_NO if slot is not None else self._opp_obs_MO
+            i, (h, w, c) = slot if slot is not None else self._opp_slot[a]
+            target[i, :h, :w, :c] = o
+
+
+class BattleEnv(MAgentEnv):
+    """``magent2`` battle_v4: blue learns against a fixed red team (6 vs 6 on map 18)."""
+
+    name = "battle"
+    team = "blue"
+    opponent_team = "red"
+
+    def _make_parallel_env(self, **kwargs: Any) -> Any:
+        return battle_v4.parallel_env(**kwargs)
+
+
+class AdversarialPursuitEnv(MAgentEnv):
+    """``magent2`` adversarial_pursuit_v4: prey learn against fixed predators (8 vs 4 on map 18)."""
+
+    name = "adversarial_pursuit"
+    team = "prey"
+    opponent_team = "predator"
+
+    def _make_parallel_env(self, **kwargs: Any) -> Any:
+        return adversarial_pursuit_v4.parallel_env(**kwargs)
