@@ -1,0 +1,25 @@
+"""Q-networks: single-policy reference nets and policy-batched nets (REFERENCE section 5)."""
+
+from suPER.models.qnet import (
+    BatchedLinear,
+    BatchedQNet,
+    GroupedConv2d,
+    ReferenceQNet,
+    batched_from_reference,
+    clip_grad_norm_per_policy,
+    conv_flat_size,
+    copy_reference_into,
+    reference_from_batched,
+)
+
+__all__ = [
+    "BatchedLinear",
+    "BatchedQNet",
+    "GroupedConv2d",
+    "ReferenceQNet",
+    "batched_from_reference",
+    "clip_grad_norm_per_policy",
+    "conv_flat_size",
+    "copy_reference_into",
+    "reference_from_batched",
+]

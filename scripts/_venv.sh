@@ -1,0 +1,20 @@
+# Sourced by demo.sh and test.sh: create (or reuse) .venv in the repo root and install the project.
+# Re-installs only when pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+if [ ! -x "$ROOT/.venv/bin/python" ]; then
+  echo "creating virtual environment in $ROOT/.venv"
+  "$PY" -m venv "$ROOT/.venv"
+fi
+# shellcheck disable=SC1091
+. "$ROOT/.venv/bin/activate"
+stamp="$ROOT/.venv/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "installing super-marl and its pinned dependencies (first time: a few minutes)"
+  python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  python -m pip install --quiet -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" || true
+  python -c "import suPER, torch, ray, pettingzoo, magent2" || { echo "install failed"; exit 1; }
+  rm -f "$ROOT"/.venv/.installed-* && touch "$stamp"
+fi
+cd "$ROOT"

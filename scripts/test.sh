@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: install into .venv if needed, then run the default (fast) test suite.
+# Extra arguments go to pytest (e.g. -m slow for the long learning checks, -k relay).
+source "$(dirname "$0")/_venv.sh"
+export RAY_AUTH_MODE=disabled WANDB_MODE=offline WANDB_SILENT=true
+exec python -m pytest "$@"

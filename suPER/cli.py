@@ -1,0 +1,363 @@
+"""``super-marl``: the command line (typer).
+
+Modern flags (``--num-timesteps``) and the paper's main.py spellings (``--num_timesteps``,
+``--suPER True``, ``--parameter_sharing=true``, ``--use_gpu 0``, ``--env pursuit_plaindqn``) both work:
+``translate_paper_args`` rewrites the paper's spellings into modern flags before typer parses them.
+Heavy modules (torch, the trainers) are imported lazily so ``--help`` and input errors are instant.
+
+Bad input exits with code 2 and a one-line ``error: <flag>: expected ..., got ...`` message.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from suPER import config as C
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="SUPER: selective experience relay for multi-agent DQN (NeurIPS 2023), rebuilt.")
+
+
+class UserError(Exception):
+    """Bad input: printed as one line, exit code 2."""
+
+
+# --------------------------------------------------------------------------------------------------
+# the paper's main.py spellings
+
+PAPER_RENAMES = {
+    "--num_timesteps": "--num-timesteps", "--num_seeds": "--num-seeds", "--buffer_size": "--buffer-size",
+    "--suPER_mode": "--super-mode", "--suPER_bandwidth": "--bandwidth", "--suPER_window": "--window",
+    "--team_sharing": "--team", "--suPER_insertion_priority": "--insertion-priority",
+    "--experiment_group": "--wandb-group", "--experiment_project": "--wandb-project",
+    "--eval_interval": "--eval-interval", "--eval_episodes": "--eval-episodes",
+}
+"""Paper flag -> modern flag, same value."""
+
+PAPER_SETTINGS = {
+    "--horizon": "env.horizon", "--rollout_fragment_length": "dqn.rollout_fragment_length",
+    "--train_batch_size": "dqn.batch_size", "--exploration_initial_epsilon": "dqn.epsilon_initial",
+    "--exploration_final_epsilon": "dqn.epsilon_final", "--env_pursuit_n_evaders": "env.kwargs.n_evaders",
+    "--env_pursuit_num_agents": "env.kwargs.n_pursuers", "--env_pursuit_shared_reward": "env.kwargs.shared_reward",
+    "--env_battle_map_size": "env.kwargs.map_size", "--env_adversarial_pursuit_map_size": "env.kwargs.map_size",
+}
+"""Paper flag -> dotted config key (passed as ``--set key=value``)."""
+
+PAPER_IGNORED = {
+    "--ray_plain_init": 0, "--ray_local_mode": 0, "--eval_in_parallel": 0, "--num_cpus": 1, "--framework": 1,
+    "--ray_address": 1, "--suPER_insertion_method": 1, "--suPER_td_error_method": 1,
+    "--suPER_broadcast_heuristic": 1, "--evaluation": 1, "--experiment_name": 1, "--fully_connected": 1,
+    "--parameter_tunning": 1, "--config_file": 1,
+}
+"""Paper flags with no meaning for the native trainer -> number of values they take (accepted, noted)."""
+
+TRUE_WORDS = ("true", "1", "yes")
+
+
+def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Rewrite the paper's main.py flags into this CLI's flags.
+
+    Returns:
+        (new argv, notes for flags that were accepted but have no effect here).
+    """
+    out: list[str] = []
+    notes: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=")
+
+        def value(flag: str = flag, eq: str = eq, inline: str = inline) -> str:
+            nonlocal i
+            if eq:
+                return inline
+            if i + 1 >= len(argv):
+                raise UserError(f"{flag}: expected a value")
+            i += 1
+            return argv[i]
+
+        if flag == "--suPER":
+            out.append("--super" if value().lower() in TRUE_WORDS else "--no-super")
+        elif flag == "--parameter_sharing":
+            out.append("--parameter-sharing" if value().lower() in TRUE_WORDS else "--no-parameter-sharing")
+        elif flag == "--use_gpu":
+            v = value()
+            try:
+                out += ["--device", "cuda" if float(v) > 0 else "cpu"]
+            except ValueError as exc:
+                raise UserError(f"--use_gpu: expected a number, got {v!r}") from exc
+        elif flag == "--env":
+            v = value()
+            for suffix, algo in (("_plaindqn", "dqn"), ("_qmix", "qmix"), ("_maddpg", "maddpg")):
+                if v.endswith(suffix):
+                    v = v[: -len(suffix)]
+                    out += ["--algo", algo]
+            out += ["--env", v]
+        elif flag == "--batch_size":  # the paper set both the train batch and the fragment length
+            v = value()
+            out += ["--set", f"dqn.batch_size={v}", "--set", f"dqn.rollout_fragment_length={v}"]
+        elif flag == "--battle_advpursuit_against_pretrained":
+            out += ["--opponent", "pretrained"]
+        elif flag in PAPER_RENAMES:
+            out += [PAPER_RENAMES[flag], value()]
+        elif flag in PAPER_SETTINGS:
+            out += ["--set", f"{PAPER_SETTINGS[flag]}={value()}"]
+        elif flag in PAPER_IGNORED:
+            if PAPER_IGNORED[flag] and not eq:
+                i += 1
+            notes.append(f"note: {flag} has no effect with the native trainer (ignored)")
+        else:
+            out.append(arg)
+        i += 1
+    return out, notes
+
+
+# --------------------------------------------------------------------------------------------------
+# train
+
+
+def _set_pairs(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, eq, val = p.partition("=")
+        if not eq or not key:
+            raise UserError(f"--set: expected section.key=value, got {p!r}")
+        out[key.strip()] = C.parse_value(val)
+    return out
+
+
+@app.command()
+def train(
+    env: Annotated[str, typer.Option(help="pursuit | battle | adversarial_pursuit")] = "pursuit",
+    algo: Annotated[str, typer.Option(help="dqn (plain) | ddqn (dueling double DQN)")] = "ddqn",
+    num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="env steps to train")] = None,
+    seed: Annotated[int, typer.Option(help="run seed; env seed = seed + 100")] = 1,
+    num_seeds: Annotated[int, typer.Option("--num-seeds", help="run seeds seed .. seed+num_seeds-1")] = 1,
+    parameter_sharing: Annotated[bool, typer.Option("--parameter-sharing/--no-parameter-sharing",
+                                                    help="one network for the whole learning team")] = False,
+    lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
+    buffer_size: Annotated[int | None, typer.Option("--buffer-size", help="replay capacity per agent")] = None,
+    eval_interval: Annotated[int | None, typer.Option("--eval-interval", help="env steps between evaluations")] = None,
+    eval_episodes: Annotated[int | None, typer.Option("--eval-episodes", help="greedy episodes per evaluation")] = None,
+    super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True)")] = False,
+    super_mode: Annotated[str | None, typer.Option("--super-mode", help="quantile | gaussian | gaussian_variance | stochastic")] = None,
+    bandwidth: Annotated[float | None, typer.Option(help="fraction of fresh transitions relayed, in [0, 1]")] = None,
+    window: Annotated[int | None, typer.Option(help="|TD| window length for quantile/gaussian")] = None,
+    team: Annotated[str | None, typer.Option(help="who relays: id substring or comma list (paper: --team_sharing)")] = None,
+    insertion_priority: Annotated[str | None, typer.Option("--insertion-priority", help="max | sender | legacy")] = None,
+    legacy: Annotated[bool, typer.Option(help="reproduce the original's documented quirks (docs/decisions.md)")] = False,
+    opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent: random")] = None,
+    model: Annotated[str | None, typer.Option(help="conv (paper) | mlp")] = None,
+    quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
+    out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
+    tag: Annotated[str, typer.Option(help="label appended to the run name")] = "",
+    overwrite: Annotated[bool, typer.Option(help="replace a finished run of the same name")] = False,
+    device: Annotated[str, typer.Option(help="cpu | cuda | auto")] = "auto",
+    threads: Annotated[int, typer.Option(help="torch threads (0 = torch default)")] = 1,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="log to Weights & Biases")] = False,
+    wandb_project: Annotated[str, typer.Option("--wandb-project")] = "super-marl",
+    wandb_group: Annotated[str, typer.Option("--wandb-group")] = "",
+    wandb_mode: Annotated[str, typer.Option("--wandb-mode", help="offline | online (needs WANDB_API_KEY)")] = "offline",
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. --set dqn.gamma=0.95")] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Train independent DQN learners (with optional SUPER relay) and write a run folder per seed.
+
+    The paper's main.py spellings work too: --num_timesteps, --num_seeds, --suPER True, --suPER_mode,
+    --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
+    --env pursuit_plaindqn, --horizon, --experiment_group, --experiment_project.
+    """
+    if num_seeds < 1:
+        raise UserError(f"--num-seeds: expected an integer >= 1, got {num_seeds}")
+    named: dict[str, Any] = {"run.seed": seed, "run.device": device, "run.threads": threads, "run.out": str(out),
+                             "run.tag": tag, "run.wandb": wandb, "run.wandb_project": wandb_project,
+                             "run.wandb_group": wandb_group, "run.wandb_mode": wandb_mode, "run.progress": progress,
+                             "relay.enabled": super_, "dqn.parameter_sharing": parameter_sharing}
+    if quick:
+        named.update(_quick_profile(env))
+    optional = {"run.num_timesteps": num_timesteps, "dqn.lr": lr, "dqn.buffer_size": buffer_size,
+                "run.eval_interval": eval_interval, "run.eval_episodes": eval_episodes, "relay.mode": super_mode,
+                "relay.bandwidth": bandwidth, "relay.window": window, "relay.team": team,
+                "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model}
+    named.update({k: v for k, v in optional.items() if v is not None})
+    if legacy:
+        named.update(legacy_settings(super_mode))
+    overrides = _set_pairs(set_ or [])
+    for i in range(num_seeds):
+        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
+        _train_one(cfg, overwrite)
+
+
+def legacy_settings(mode: str | None) -> dict[str, Any]:
+    """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14)."""
+    settings: dict[str, Any] = {
+        "env.truncation_is_terminal": True,   # item 6: horizon truncation stored as done=True
+        "relay.insertion_priority": "legacy",  # items 7/8: RLlib 2.1 first-row priorities
+        "env.eval_seed_offset": 0,            # item 17: evaluation env seeded like the training env
+    }
+    if mode in (None, "gaussian", "gaussian_variance"):
+        settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
+    return settings
+
+
+def _quick_profile(env: str) -> dict[str, Any]:
+    profiles = C.load_profiles()
+    if env not in profiles.get("quick", {}):
+        raise UserError(f"--quick: no quick profile for env {env!r} in {C.EXPERIMENTS_DIR / 'profiles.yaml'}")
+    return dict(profiles["quick"][env])
+
+
+def _train_one(cfg: C.ExperimentConfig, overwrite: bool) -> None:
+    """Prepare the run folder, write config + manifest, train, plot, finalise the manifest."""
+    import time
+
+    from rich.console import Console
+
+    from suPER import runs
+    from suPER.plotting import plot_curve
+
+    console = Console(stderr=True)
+    folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
+    if overwrite and folder.metrics.exists():
+        folder.metrics.unlink()
+    runs.atomic_write_json(folder.config, cfg.to_dict())
+    manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
+                                                     "backend": "native"})
+    runs.atomic_write_json(folder.manifest, manifest)
+    logger: runs.Logger = runs.NoLogger()
+    if cfg.run.wandb:
+        logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
+                                  cfg.to_dict(), mode=cfg.run.wandb_mode, tags=[cfg.run.tag] if cfg.run.tag else None)
+    console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
+                  f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
+                  f"{cfg.run.num_timesteps} env steps -> {folder.path}")
+    from suPER.native.dqn import train as native_train
+
+    status = runs.FAILED
+    try:
+        with _progress_bar(cfg, console) as on_progress:
+            summary = native_train(cfg, folder, logger=logger, progress=on_progress)
+        status = runs.FINISHED
+    except KeyboardInterrupt:
+        status = runs.INTERRUPTED
+        raise
+    finally:
+        logger.close()
+        manifest.update(status=status, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        runs.atomic_write_json(folder.manifest, manifest)
+    manifest.update(env_steps=summary.env_steps, final_team_return=summary.final_team_return,
+                    env_steps_per_sec=summary.env_steps_per_sec, wall_time_s=summary.wall_time_s,
+                    timings_s=summary.timings)
+    runs.atomic_write_json(folder.manifest, manifest)
+    plot_curve([folder.path], folder.curve, title=cfg.run_name)
+    print(f"final team return {summary.final_team_return:.3f} after {summary.env_steps} env steps "
+          f"({summary.env_steps_per_sec:.0f} env steps/s training)")
+    print(f"curve: {folder.curve}")
+
+
+class _progress_bar:
+    """A rich progress bar fed by the trainer's per-fragment callback (a no-op when disabled)."""
+
+    def __init__(self, cfg: C.ExperimentConfig, console: Any) -> None:
+        self.cfg, self.console = cfg, console
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.cfg.run.progress:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("[bold blue]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[sps]} steps/s"), TextColumn("eval return {task.fields[ret]}"),
+                            TimeRemainingColumn(), console=self.console, transient=False)
+        self.bar.start()
+        task = self.bar.add_task("training", total=self.cfg.run.num_timesteps, sps="-", ret="-")
+        import time
+
+        t0 = time.perf_counter()
+
+        def update(env_steps: int, stats: dict[str, float]) -> None:
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            ret = stats.get("team_return", float("nan"))
+            self.bar.update(task, completed=env_steps, sps=f"{env_steps / elapsed:.0f}",
+                            ret="-" if ret != ret else f"{ret:.2f}")
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# envs
+
+
+@app.command()
+def envs() -> None:
+    """List the environments with their learners, opponents and spaces."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from suPER.envs import env_info
+
+    table = Table(title="environments")
+    for col in ("env", "learners", "opponents", "obs shape", "actions", "team"):
+        table.add_column(col)
+    for name in C.ENV_NAMES:
+        info = env_info(name)
+        learners = info["learner_ids"]
+        opps = info["opponent_ids"]
+        table.add_row(name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
+                      f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
+                      str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"])
+    Console().print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: translate paper spellings, run typer, turn input errors into one line + exit 2."""
+    try:  # typer >= 0.29 vendors click as typer._click
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions as click_exc
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv, notes = translate_paper_args(argv)
+        for n in notes:
+            print(n, file=sys.stderr)
+        app(args=argv, prog_name="super-marl", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except click_exc.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            print(exc.format_message(), file=sys.stderr)
+            return 0
+        print(f"error: {exc.format_message()}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except (UserError, C.ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # typed input errors raised by components (run folder, device, relay)
+        from suPER.runs import RunFolderError
+
+        if isinstance(exc, RunFolderError) or str(exc).startswith("--"):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""SUPER's selection and routing: which fresh transitions each agent relays, and to whom.
+
+Pure numpy (no trainer, replay, torch or RLlib imports): every trainer that shares (the native
+batched trainer and the RLlib ``suPERDQN``) calls this one module.
+
+After each rollout fragment, sender ``s`` has ``n_s`` fresh transitions with TD errors
+``td_i = Q_online(o_i, a_i) - [r_i + gamma^n (1 - d_i) Q_target(o'_i, a*_i)]`` computed by its own
+online and target networks before the update. With bandwidth ``b`` it relays row ``i`` when:
+
+* ``quantile``: ``|td_i| > q_{1-b}(H_s)``, the (1-b) quantile (linear interpolation) of the sliding
+  window ``H_s`` of the sender's last ``window`` |TD| values, the current fragment included;
+* ``gaussian``: ``|td_i| > mu(H_s) + sigma(H_s) * z_{1-b}`` with ``z_{1-b} = Phi^{-1}(1 - b)``;
+* ``gaussian_variance``: ``|td_i| > mu(H_s) + sigma^2(H_s) * z_{1-b}`` -- the original code passed the
+  variance as the scale (REFERENCE section 14, item 2); kept to reproduce its numbers;
+* ``stochastic``: independently with probability ``p_i = min(1, b * n_s * |td_i| / sum_j |td_j|)``,
+  drawn from the generator passed in (expected count ``b * n_s`` unless clipped).
+
+``b = 0`` relays nothing and ``b = 1`` relays everything in every mode (share-all). The original's
+strict ``>`` would keep the window minimum back in quantile mode at ``b = 1``; we special-case the
+edges so "share-all" means all.
+
+Routing: every selected row goes to every other *participant* (team member present in this
+fragment); a sender never receives its own rows. Opponents and non-team agents neither send nor
+receive; under parameter sharing there is nobody to relay to and the relay is a no-op.
+
+Shapes: ``N`` agents, ``T`` rows per agent in the fragment, ``K`` relayed (sender, row, receiver)
+triples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+MODES = ("quantile", "gaussian", "gaussian_variance", "stochastic")
+"""Selection rules."""
+
+INSERTION_PRIORITIES = ("max", "sender", "legacy")
+"""How a receiver's buffer prioritises relayed rows (see ``insertion_priorities``)."""
+
+
+def team_mask(agent_ids: Sequence[str], team: str | Sequence[str] | None,
+              exclude: Sequence[str] = ()) -> np.ndarray:
+    """Which agents take part in relaying.
+
+    Args:
+        agent_ids: ids of the N agents (or policies) in array order.
+        team: ``None``/``""`` = all; a string with commas = an explicit list of ids; any other string =
+            substring match on the id, as the original (``"blue"`` selects ``blue_0..blue_5``); a
+            sequence = explicit ids.
+        exclude: ids that never take part (fixed opponents).
+
+    Returns:
+        bool [N].
+    """
+    if team is None or team == "":
+        mask = np.ones(len(agent_ids), dtype=bool)
+    elif isinstance(team, str) and "," not in team:
+        mask = np.array([team in a for a in agent_ids], dtype=bool)
+    else:
+        wanted = {t.strip() for t in (team.split(",") if isinstance(team, str) else team) if t.strip()}
+        mask = np.array([a in wanted for a in agent_ids], dtype=bool)
+    excluded = set(exclude)
+    return mask & np.array([a not in excluded for a in agent_ids], dtype=bool)
+
+
+class TDWindow:
+    """Per-sender ring buffers of the last ``window`` |TD| values, [N, window]."""
+
+    def __init__(self, n_agents: int, window: int) -> None:
+        self.window = window
+        self.values_NW = np.zeros((n_agents, window), dtype=np.float64)
+        self.count_N = np.zeros(n_agents, dtype=np.int64)
+        """total values ever pushed per agent (the ring position is count % window)"""
+
+    def push(self, agent: int, td_abs: np.ndarray) -> np.ndarray:
+        """Append ``td_abs`` to agent's window and return the current window contents (oldest order lost)."""
+        td_abs = td_abs[-self.window:]
+        k = len(td_abs)
+        pos = (self.count_N[agent] + np.arange(k)) % self.window
+        self.values_NW[agent, pos] = td_abs
+        self.count_N[agent] += k
+        return self.values_NW[agent, : min(self.count_N[agent], self.window)]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Arrays for a checkpoint."""
+        return {"values_NW": self.values_NW.copy(), "count_N": self.count_N.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from ``state_dict``."""
+        self.values_NW[...] = state["values_NW"]
+        self.count_N[...] = state["count_N"]
+
+
+def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
+    """The |TD| threshold above which a row is relayed (quantile and gaussian modes).
+
+    Args:
+        mode: quantile | gaussian | gaussian_variance.
+        window_values: the sender's |TD| window, current fragment included.
+        bandwidth: b in (0, 1).
+
+    Returns:
+        ``q_{1-b}(H)``, ``mu + sigma z_{1-b}`` or ``mu + sigma^2 z_{1-b}``. NaN when the spread is 0 in
+        the gaussian modes (scipy's convention; nothing is relayed then, as in the original).
+    """
+    if mode == "quantile":
+        return float(np.quantile(window_values, 1.0 - bandwidth))
+    mu = float(np.mean(window_values))
+    var = float(np.var(window_values))
+    scale = np.sqrt(var) if mode == "gaussian" else var
+    if scale <= 0:
+        return float("nan")
+    return float(norm.isf(bandwidth, loc=mu, scale=scale))
+
+
+@dataclass
+class RelayPlan:
+    """Which rows go where, plus statistics for logging."""
+
+    sender_K: np.ndarray
+    """int64 [K] sending agent of each relayed copy"""
+    row_K: np.ndarray
+    """int64 [K] row (time index within the fragment) of the sender's transition"""
+    receiver_K: np.ndarray
+    """int64 [K] receiving agent"""
+    selected_NT: np.ndarray
+    """bool [N, T] rows selected for relay"""
+    fraction_N: np.ndarray
+    """float [N] selected / fresh rows per agent (0 for non-participants and agents with no rows)"""
+    received_N: np.ndarray
+    """int64 [N] relayed rows received per agent"""
+    threshold_N: np.ndarray
+    """float [N] threshold used per sender (NaN for stochastic mode and non-participants)"""
+
+    @property
+    def n_relayed(self) -> int:
+        """Number of copies inserted (K)."""
+        return int(len(self.receiver_K))
+
+
+class Relay:
+    """SUPER selection + routing for one team, with per-sender TD windows and a seeded generator."""
+
+    def __init__(self, agent_ids: Sequence[str], mode: str = "quantile", bandwidth: float = 0.1,
+                 window: int = 1500, team: str | Sequence[str] | None = None,
+                 exclude: Sequence[str] = (), rng: np.random.Generator | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"--suPER_mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        if not 0.0 <= bandwidth <= 1.0:
+            raise ValueError(f"--suPER_bandwidth: expected a number in [0, 1], got {bandwidth!r}")
+        if window < 1:
+            raise ValueError(f"--suPER_window: expected an integer >= 1, got {window!r}")
+        self.agent_ids = list(agent_ids)
+        self.mode = mode
+        self.bandwidth = float(bandwidth)
+        self.participants_N = team_mask(self.agent_ids, team, exclude)
+        self.windows = TDWindow(len(self.agent_ids), window)
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    @property
+    def active(self) -> bool:
+        """False when fewer than two agents take part (e.g. parameter sharing): nothing to relay."""
+        return int(self.participants_N.sum()) >= 2
+
+    def select(self, td_abs_NT: np.ndarray, valid_NT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pick rows to relay per sender; updates the windows of participating senders.
+
+        Args:
+            td_abs_NT: |TD| of each fresh row, float [N, T].
+            valid_NT: bool [N, T], the row exists (the agent was alive at that step).
+
+        Returns:
+            (selected_NT bool [N, T], threshold_N float [N]).
+        """
+        n_agents = td_abs_NT.shape[0]
+        selected = np.zeros(td_abs_NT.shape, dtype=bool)
+        thresholds = np.full(n_agents, np.nan)
+        b = self.bandwidth
+        for s in np.flatnonzero(self.participants_N):  # loop over senders (<= team size), not rows
+            rows = np.flatnonzero(valid_NT[s])
+            if rows.size == 0:
+                continue
+            td = td_abs_NT[s, rows].astype(np.float64)
+            hist = self.windows.push(s, td) if self.mode != "stochastic" else td
+            if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
+                chosen = np.full(td.size, b >= 1.0)
+            elif self.mode == "stochastic":
+                chosen = self.rng.random(td.size) < _stochastic_probabilities(td, b)
+            else:
+                c = threshold(self.mode, hist, b)
+                thresholds[s] = c
+                chosen = td > c  # NaN threshold (zero spread) -> nothing, as the original
+            selected[s, rows[chosen]] = True
+        return selected, thresholds
+
+    def route(self, selected_NT: np.ndarray, present_N: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Expand selected rows into (sender, row, receiver) triples.
+
+        Every selected row of sender s goes to each participant r != s that is present in this
+        fragment. Vectorized: one repeat over receivers, no loop over rows.
+        """
+        receivers = np.flatnonzero(self.participants_N & present_N)
+        sender, row = np.nonzero(selected_NT)
+        if sender.size == 0 or receivers.size == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        s_K = np.repeat(sender, receivers.size)
+        r_K = np.repeat(row, receivers.size)
+        recv_K = np.tile(receivers, sender.size)
+        keep = recv_K != s_K
+        return s_K[keep].astype(np.int64), r_K[keep].astype(np.int64), recv_K[keep].astype(np.int64)
+
+    def plan(self, td_abs_NT: np.ndarray, valid_NT: np.ndarray) -> RelayPlan:
+        """Select and route one fragment's fresh rows."""
+        n_agents = td_abs_NT.shape[0]
+        if not self.active:
+            selected = np.zeros(td_abs_NT.shape, dtype=bool)
+            thresholds = np.full(n_agents, np.nan)
+        else:
+            selected, thresholds = self.select(td_abs_NT, valid_NT)
+        present = valid_NT.any(axis=1)
+        s_K, r_K, recv_K = self.route(selected, present)
+        fresh = valid_NT.sum(axis=1)
+        fraction = np.where(fresh > 0, selected.sum(axis=1) / np.maximum(fresh, 1), 0.0)
+        received = np.bincount(recv_K, minlength=n_agents).astype(np.int64)
+        return RelayPlan(s_K, r_K, recv_K, selected, fraction, received, thresholds)
+
+    def state_dict(self) -> dict[str, object]:
+        """Windows and generator state, for checkpoints."""
+        return {"windows": self.windows.state_dict(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore from ``state_dict``."""
+        self.windows.load_state_dict(state["windows"])  # type: ignore[arg-type]
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _stochastic_probabilities(td_abs: np.ndarray, bandwidth: float) -> np.ndarray:
+    """p_i = min(1, b * n * |td_i| / sum_j |td_j|); NaN (all-zero TD) or negative -> 0."""
+    total = td_abs.sum()
+    if total <= 0 or not np.isfinite(total):
+        return np.zeros(td_abs.size)
+    p = bandwidth * td_abs.size * td_abs / total
+    return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
+
+
+def insertion_priorities(rule: str, td_abs_K: np.ndarray, receiver_K: np.ndarray, eps: float,
+                         sender_side_priorities: bool) -> np.ndarray | None:
+    """Priority (before ^alpha) of relayed rows in the receiver's buffer.
+
+    Args:
+        rule: ``max`` -> None (the buffer uses the receiver's current max priority: the PER
+            convention); ``sender`` -> the sender's ``|td| + eps``; ``legacy`` -> the original's RLlib 2.1
+            behaviour: every row of one insertion call gets the first row's ``weights`` value, which is
+            1.0 without worker-side prioritization (pursuit) and the sender's ``|td| + eps`` of the
+            receiver's first relayed row with it (battle, adversarial pursuit).
+        td_abs_K: the sender's |TD| of each relayed copy.
+        receiver_K: receiver of each copy (copies of one receiver form one insertion call).
+        eps: the buffer's priority epsilon.
+        sender_side_priorities: the env used worker-side prioritization in the original.
+    """
+    if rule == "max":
+        return None
+    if rule == "sender":
+        return td_abs_K.astype(np.float64) + eps
+    if rule == "legacy":
+        if not sender_side_priorities:
+            return np.ones(len(td_abs_K), dtype=np.float64)
+        if len(td_abs_K) == 0:
+            return np.zeros(0, dtype=np.float64)
+        receivers, first_k = np.unique(receiver_K, return_index=True)
+        idx = first_k[np.searchsorted(receivers, receiver_K)]
+        return td_abs_K[idx].astype(np.float64) + eps
+    raise ValueError(f"--suPER_insertion_priority: expected one of {', '.join(INSERTION_PRIORITIES)}, got {rule!r}")

@@ -1,0 +1,329 @@
+"""Independent (double/dueling) DQN for N learners, batched across agents, with optional SUPER relay.
+
+Read top to bottom: seed -> envs -> nets -> buffers -> relay -> loop -> save. One loop iteration is
+one rollout fragment of ``rollout_fragment_length`` env steps, in the original's order (REFERENCE
+1.3): act, step, record (for each env step), then store, relay, learn, sync target, evaluate/log.
+
+All N learners' Q-networks are one ``BatchedQNet`` (P = N policies, or P = 1 with parameter
+sharing), so acting, TD computation and the update are one batched call each. Replay is one
+``MultiAgentPER`` holding P independent prioritized buffers.
+
+Loss per policy p (REFERENCE 3.3): ``L_p = mean_b w_b * huber(td_b)`` with
+``td = Q(o, a) - [r + gamma * (1 - d) * Q_target(o', a*)]``, ``a* = argmax Q(o')`` (double-Q) or
+``argmax Q_target(o')``; the policies' losses are summed (Adam is elementwise, so this equals P
+separate optimisers) and each policy's gradient is clipped to norm ``grad_clip`` on its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from suPER.config import ExperimentConfig
+from suPER.core.relay import Relay, insertion_priorities
+from suPER.envs import make_env
+from suPER.evaluation import evaluate
+from suPER.models import BatchedQNet, clip_grad_norm_per_policy
+from suPER.replay import MultiAgentPER
+from suPER.runs import CSVMetrics, Logger, NoLogger, RunFolder, atomic_write_bytes
+
+ProgressFn = Callable[[int, dict[str, float]], None]
+"""Called after every fragment with (env_steps, latest stats) - the CLI draws its progress bar with it."""
+
+SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
+"""Envs whose original config used worker-side prioritization (only matters for legacy priorities)."""
+
+
+@dataclass
+class Summary:
+    """What a finished training run reports."""
+
+    run_dir: Path
+    env_steps: int
+    final_team_return: float
+    env_steps_per_sec: float
+    wall_time_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
+    return torch.device(name)
+
+
+class Timer:
+    """Accumulates wall time per phase (perf/ metrics): ``with timer("env"): ...``."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self._phase = ""
+        self._t0 = 0.0
+
+    def __call__(self, phase: str) -> Timer:
+        self._phase = phase
+        return self
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.total[self._phase] = self.total.get(self._phase, 0.0) + time.perf_counter() - self._t0
+
+
+def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
+          progress: ProgressFn | None = None) -> Summary:
+    """Train independent DQN learners (plus SUPER relay when ``cfg.relay.enabled``).
+
+    Args:
+        cfg: validated experiment config.
+        folder: run folder to write metrics.csv and checkpoints into.
+        logger: scalar sink (W&B etc.); metrics.csv is always written.
+        progress: optional per-fragment callback.
+
+    Returns:
+        Summary of the run.
+    """
+    logger = logger or NoLogger()
+    d, rc, run = cfg.dqn, cfg.relay, cfg.run
+    device = resolve_device(run.device)
+    if run.threads > 0:
+        torch.set_num_threads(run.threads)
+    seed = run.seed
+    rng = np.random.default_rng(seed)  # exploration draws
+    t_start = time.perf_counter()
+
+    # ---- envs: training env seeded with seed + offset, evaluation env with a distinct seed
+    env = make_env(cfg.env, seed=seed + cfg.env.seed_offset)
+    eval_env = make_env(cfg.env, seed=seed + cfg.env.seed_offset + cfg.env.eval_seed_offset)
+    spec = env.spec
+    n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
+    n_pol = 1 if d.parameter_sharing else n_agents
+    policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d.parameter_sharing else np.arange(n_agents)
+
+    # ---- networks: online + target, one batched module for all policies
+    q_net = BatchedQNet(n_pol, obs_shape, n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens).to(device)
+    target_net = copy.deepcopy(q_net).requires_grad_(False)
+    optimizer = torch.optim.Adam(q_net.parameters(), lr=d.lr, eps=d.adam_eps, fused=True)  # 10x faster step on CPU
+
+    # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
+    buffer = MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, alpha=d.per_alpha, beta=d.per_beta,
+                           eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    batch_per_policy = d.batch_size * (n_agents if d.parameter_sharing else 1)
+
+    # ---- relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
+    relay = None
+    if rc.enabled:
+        relay = Relay([spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
+                      mode=rc.mode, bandwidth=rc.bandwidth, window=rc.window, team=rc.team or None,
+                      rng=np.random.default_rng(seed + 2))
+        if not relay.active:
+            print("note: SUPER relay is a no-op here (fewer than two sharing policies, e.g. parameter sharing)")
+    legacy_priorities = rc.insertion_priority == "legacy"
+    sender_side = SENDER_SIDE_PRIORITIES[spec.name]
+
+    def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """obs [P, B, *O] (any numeric dtype) -> q [P, B, A] on ``device``."""
+        return net(torch.as_tensor(obs, device=device).float())
+
+    @torch.no_grad()
+    def greedy(obs_NO: np.ndarray) -> np.ndarray:
+        """Greedy action per learner: one batched forward, obs grouped by policy."""
+        q_PBA = q_values(q_net, obs_NO.reshape(n_pol, n_agents // n_pol, *obs_shape))
+        return q_PBA.argmax(-1).reshape(n_agents).cpu().numpy()
+
+    @torch.no_grad()
+    def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """|TD| of [P, B] transitions with the current online and target nets (no grad)."""
+        return td_and_q(obs, actions, rewards, next_obs, dones)[0].abs()
+
+    def td_and_q(obs, actions, rewards, next_obs, dones) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD error [P, B] and Q(o, a) [P, B]; gradients flow through Q(o, a) only."""
+        q_sa = q_values(q_net, obs).gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
+        with torch.no_grad():
+            q_next_target = q_values(target_net, next_obs)
+            a_star = (q_values(q_net, next_obs) if d.double_q else q_next_target).argmax(-1, keepdim=True)
+            bootstrap = q_next_target.gather(-1, a_star)[..., 0]
+            target = (torch.as_tensor(rewards, device=device)
+                      + d.gamma * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
+        return q_sa - target, q_sa
+
+    # ---- bookkeeping
+    folder.checkpoints.mkdir(parents=True, exist_ok=True)
+    metrics = CSVMetrics(folder.metrics)
+    eval_every = run.resolved_eval_interval
+    timer = Timer()
+    env_steps, updates, last_target_sync = 0, 0, 0
+    next_eval = 0
+    train_returns: deque[float] = deque(maxlen=20)
+    losses: list[float] = []
+    relay_fraction: list[np.ndarray] = []
+    relay_received = np.zeros(n_agents, dtype=np.int64)
+    last_eval: dict[str, float] = {}
+    ep_return_N = np.zeros(n_agents)
+    T = d.rollout_fragment_length
+    f_obs = np.zeros((T, n_agents, *obs_shape), dtype=np.float32)
+    f_next = np.zeros_like(f_obs)
+    f_act = np.zeros((T, n_agents), dtype=np.int64)
+    f_rew = np.zeros((T, n_agents), dtype=np.float32)
+    f_done = np.zeros((T, n_agents), dtype=np.float32)
+    f_valid = np.zeros((T, n_agents), dtype=bool)
+
+    def do_eval() -> None:
+        nonlocal last_eval
+        with timer("eval"):
+            res = evaluate(eval_env, lambda o, a: greedy(o), run.eval_episodes)
+        elapsed = time.perf_counter() - t_start
+        row: dict[str, Any] = {"env_steps": env_steps, **res.as_row(spec.learner_ids)}
+        row.update({
+            "train_return_mean": float(np.mean(train_returns)) if train_returns else float("nan"),
+            "loss": float(np.mean(losses)) if losses else float("nan"),
+            "epsilon": d.epsilon(env_steps),
+            "updates": updates,
+            "env_steps_per_sec": env_steps / max(elapsed - timer.total.get("eval", 0.0), 1e-9),
+            "wall_time_s": elapsed,
+        })
+        if relay is not None:
+            frac_N = np.mean(relay_fraction, axis=0) if relay_fraction else np.zeros(n_pol)
+            row["fraction_shared_mean"] = float(frac_N[relay.participants_N].mean()) if relay.active else 0.0
+            row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
+            row["relayed_rows_total"] = int(relay_received.sum())
+        metrics.append(row)
+        logger.log(_namespaced(row, timer.total), step=env_steps)
+        losses.clear()
+        relay_fraction.clear()
+        last_eval = row
+
+    # ---- loop: one iteration = one rollout fragment
+    obs_NO = env.reset(seed=seed + cfg.env.seed_offset)
+    alive_N = np.ones(n_agents, dtype=bool)
+    while env_steps < run.num_timesteps:
+        if env_steps >= next_eval:
+            do_eval()
+            next_eval += eval_every
+        f_valid[:] = False
+        for t in range(T):
+            if env_steps >= run.num_timesteps:
+                break
+            # act: epsilon-greedy with epsilon scheduled by env steps
+            with timer("act"):
+                actions_N = greedy(obs_NO)
+                explore_N = rng.random(n_agents) < d.epsilon(env_steps)
+                actions_N = np.where(explore_N, rng.integers(0, n_actions, n_agents), actions_N)
+            # step
+            with timer("env"):
+                res = env.step(actions_N)
+            # record the transition of every learner that acted
+            terminal_N = res.terminated_N | (res.truncated_N & cfg.env.truncation_is_terminal)
+            f_obs[t], f_next[t], f_act[t] = obs_NO, res.obs_NO, actions_N
+            f_rew[t], f_done[t], f_valid[t] = res.reward_N, terminal_N, alive_N
+            ep_return_N += np.where(alive_N, res.reward_N, 0.0)
+            env_steps += 1
+            if res.episode_over:
+                train_returns.append(float(ep_return_N.sum()))
+                ep_return_N[:] = 0.0
+                obs_NO, alive_N = env.reset(), np.ones(n_agents, dtype=bool)
+            else:
+                obs_NO, alive_N = res.obs_NO, res.alive_N
+
+        # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
+        td_NT = None
+        if (relay is not None and relay.active) or (legacy_priorities and sender_side):
+            with timer("relay"):
+                grouped = [x.swapaxes(0, 1).reshape(n_pol, -1, *x.shape[2:]) for x in (f_obs, f_act, f_rew, f_next, f_done)]
+                td_NT = td_errors(*grouped).reshape(n_agents, T).cpu().numpy()
+
+        # store: the fragment's own rows go to each agent's policy buffer
+        with timer("store"):
+            t_idx, a_idx = np.nonzero(f_valid)
+            own_priority = None
+            if legacy_priorities:  # the original's RLlib 2.1 insertion: one priority per agent per fragment
+                own_priority = (td_NT[a_idx, f_valid.argmax(axis=0)[a_idx]] + d.per_eps if sender_side
+                                else np.ones(len(a_idx)))
+            buffer.add(policy_of_agent_N[a_idx], f_obs[t_idx, a_idx], f_act[t_idx, a_idx], f_rew[t_idx, a_idx],
+                       f_next[t_idx, a_idx], f_done[t_idx, a_idx], priority_K=own_priority)
+
+        # relay: select surprising fresh rows and copy them into teammates' buffers
+        if relay is not None and relay.active and td_NT is not None:
+            with timer("relay"):
+                plan = relay.plan(td_NT, f_valid.T)
+                relay_fraction.append(plan.fraction_N)
+                relay_received += plan.received_N
+                if plan.n_relayed:
+                    s, r = plan.sender_K, plan.row_K
+                    prio = insertion_priorities(rc.insertion_priority, td_NT[s, r], plan.receiver_K, d.per_eps,
+                                                sender_side)
+                    buffer.add(plan.receiver_K, f_obs[r, s], f_act[r, s], f_rew[r, s], f_next[r, s], f_done[r, s],
+                               priority_K=prio)
+
+        # learn: one gradient step of every policy on its own prioritized batch
+        if env_steps > d.learning_starts:
+            with timer("learn"):
+                b = buffer.sample(batch_per_policy)
+                td, _ = td_and_q(b.obs, b.actions, b.rewards, b.next_obs, b.dones)
+                weights = torch.as_tensor(b.weights, device=device)
+                loss_P = (weights * F.huber_loss(td, torch.zeros_like(td), reduction="none", delta=1.0)).mean(-1)
+                optimizer.zero_grad(set_to_none=True)
+                loss_P.sum().backward()
+                clip_grad_norm_per_policy(q_net, d.grad_clip)
+                optimizer.step()
+                buffer.update_priorities(b.indices, td.detach().abs().cpu().numpy())
+                losses.append(float(loss_P.detach().mean()))
+                updates += 1
+            # sync target: hard copy every target_update_freq env steps (first sync at the first update)
+            if env_steps - last_target_sync >= d.target_update_freq or updates == 1:
+                target_net.load_state_dict(q_net.state_dict())
+                last_target_sync = env_steps
+
+        if progress is not None:
+            progress(env_steps, {"team_return": last_eval.get("team_return_mean", float("nan")),
+                                 "train_return": float(np.mean(train_returns)) if train_returns else float("nan")})
+
+    # ---- final evaluation and save
+    if last_eval.get("env_steps") != env_steps:
+        do_eval()
+    save_checkpoint(folder.checkpoints / "final.pt", q_net, target_net, optimizer, env_steps, updates, cfg)
+    env.close()
+    eval_env.close()
+    wall = time.perf_counter() - t_start
+    train_time = wall - timer.total.get("eval", 0.0)
+    return Summary(folder.path, env_steps, float(last_eval["team_return_mean"]), env_steps / max(train_time, 1e-9),
+                   wall, dict(timer.total))
+
+
+def save_checkpoint(path: Path, q_net: BatchedQNet, target_net: BatchedQNet, optimizer: torch.optim.Optimizer,
+                    env_steps: int, updates: int, cfg: ExperimentConfig) -> None:
+    """Networks, optimizer and counters (atomically written)."""
+    state = {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
+             "env_steps": env_steps, "updates": updates, "config": cfg.to_dict()}
+    atomic_write_bytes(path, lambda p: torch.save(state, p))
+
+
+def _namespaced(row: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
+    """metrics.csv columns -> namespaced W&B keys (charts/, losses/, relay/, perf/; see docs/metrics.md)."""
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        if k == "env_steps":
+            continue
+        if k in ("loss",):
+            out[f"losses/{k}"] = v
+        elif k.startswith(("fraction_shared", "relayed_")):
+            out[f"relay/{k}"] = v
+        elif k in ("env_steps_per_sec", "wall_time_s", "updates"):
+            out[f"perf/{k}"] = v
+        else:
+            out[f"charts/{k}"] = v
+    out.update({f"perf/time_{k}_s": v for k, v in timings.items()})
+    return out

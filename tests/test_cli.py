@@ -1,0 +1,90 @@
+"""The real `super-marl` command: paper spellings, one-line errors with exit code 2, nothing overwritten."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suPER.cli import translate_paper_args
+
+CLI = [sys.executable, "-m", "suPER.cli"]
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WANDB_MODE": "offline", "RAY_AUTH_MODE": "disabled", "COLUMNS": "200"}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+def test_paper_spellings_translate() -> None:
+    argv, notes = translate_paper_args(
+        ["train", "--env", "pursuit_plaindqn", "--seed", "1", "--num_seeds", "2", "--use_gpu", "0",
+         "--suPER", "True", "--suPER_mode=quantile", "--suPER_bandwidth", "0.1", "--suPER_window", "500",
+         "--team_sharing", "pursuer", "--parameter_sharing=true", "--horizon", "400", "--ray_plain_init",
+         "--framework", "torch", "--experiment_group", "g"])
+    assert argv == ["train", "--algo", "dqn", "--env", "pursuit", "--seed", "1", "--num-seeds", "2",
+                    "--device", "cpu", "--super", "--super-mode", "quantile", "--bandwidth", "0.1",
+                    "--window", "500", "--team", "pursuer", "--parameter-sharing", "--set", "env.horizon=400",
+                    "--wandb-group", "g"]
+    assert len(notes) == 2 and "--ray_plain_init" in notes[0]
+    assert translate_paper_args(["--suPER=False"])[0] == ["--no-super"]
+    assert translate_paper_args(["--use_gpu", "1"])[0] == ["--device", "cuda"]
+
+
+def test_help_lists_commands() -> None:
+    r = run_cli("--help")
+    assert r.returncode == 0 and "train" in r.stdout and "envs" in r.stdout
+    r = run_cli("train", "--help")
+    assert r.returncode == 0 and "--num-timesteps" in r.stdout and "--suPER True" in r.stdout
+
+
+def test_envs_command_lists_three_envs() -> None:
+    r = run_cli("envs")
+    assert r.returncode == 0, r.stderr
+    for name, learners in (("pursuit", "8 (pursuer_0..pursuer_7)"), ("battle", "6 (blue_0..blue_5)"),
+                           ("adversarial_pursuit", "8 (prey_0..prey_7)")):
+        assert name in r.stdout and learners in r.stdout
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--env", "chess"], "--env"),
+    (["--num-timesteps", "-5"], "--num-timesteps"),
+    (["--num_timesteps", "-5"], "--num-timesteps"),
+    (["--super", "--bandwidth", "1.5"], "--suPER_bandwidth"),
+    (["--suPER_bandwidth", "-0.2"], "--suPER_bandwidth"),
+    (["--super-mode", "median"], "relay.mode"),
+    (["--window", "0"], "--suPER_window"),
+    (["--seed", "abc"], "--seed"),
+    (["--set", "dqn.nope=1"], "--set"),
+    (["--algo", "ppo"], "--algo"),
+])
+def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], flag: str) -> None:
+    r = run_cli("train", "--out", str(tmp_path), *args)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error:") and flag in lines[0]
+    assert "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_unwritable_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = run_cli("train", "--out", str(blocker / "sub"))
+    assert r.returncode == 2 and r.stderr.startswith("error: --out") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_finished_run_is_not_overwritten(tmp_path: Path) -> None:
+    run_dir = tmp_path / "pursuit__ddqn__s1"
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"status": "finished"}))
+    (run_dir / "metrics.csv").write_text("env_steps,team_return_mean\n0,1.0\n")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    r = run_cli("train", "--env", "pursuit", "--out", str(tmp_path))
+    assert r.returncode == 2 and "already holds a finished run" in r.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before

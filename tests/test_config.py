@@ -1,0 +1,76 @@
+"""Typed config: YAML values, dotted overrides, validation messages, JSON round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from suPER import config as C
+
+
+@pytest.mark.parametrize("env", C.ENV_NAMES)
+def test_yaml_values_land_in_dataclasses(env: str) -> None:
+    data = yaml.safe_load(C.env_yaml_path(env).read_text())
+    cfg = C.resolve(env)
+    for section, values in data.items():
+        for key, value in values.items():
+            assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"
+
+
+def test_paper_hyperparameters() -> None:
+    p, b = C.resolve("pursuit"), C.resolve("battle")
+    assert (p.dqn.lr, p.dqn.buffer_size, p.dqn.rollout_fragment_length, p.dqn.target_update_freq) == (1.6e-4, 120000, 4, 1000)
+    assert (b.dqn.lr, b.dqn.buffer_size, b.dqn.rollout_fragment_length, b.dqn.target_update_freq) == (1e-4, 90000, 5, 1200)
+    assert p.run.resolved_eval_interval == 4000 and b.run.resolved_eval_interval == 1500
+    assert p.env.horizon == b.env.horizon == 500
+
+
+def test_algo_presets() -> None:
+    assert (C.resolve("pursuit", "dqn").dqn.double_q, C.resolve("pursuit", "dqn").dqn.dueling) == (False, False)
+    assert (C.resolve("pursuit", "ddqn").dqn.double_q, C.resolve("pursuit", "ddqn").dqn.dueling) == (True, True)
+
+
+def test_dotted_overrides_and_types() -> None:
+    cfg = C.resolve("pursuit", overrides={"dqn.lr": 1e-3, "env.kwargs.n_evaders": 5, "dqn.dueling": "false"})
+    assert cfg.dqn.lr == 1e-3 and cfg.env.kwargs["n_evaders"] == 5 and cfg.dqn.dueling is False
+    with pytest.raises(C.ConfigError, match="unknown key 'dqn.learning_rate'"):
+        C.resolve("pursuit", overrides={"dqn.learning_rate": 1})
+    with pytest.raises(C.ConfigError, match="dqn.batch_size: expected an integer"):
+        C.resolve("pursuit", overrides={"dqn.batch_size": "many"})
+    with pytest.raises(C.ConfigError, match="unknown section 'foo'"):
+        C.resolve("pursuit", overrides={"foo.bar": 1})
+
+
+@pytest.mark.parametrize(("key", "value", "flag"), [
+    ("relay.bandwidth", 1.5, "--suPER_bandwidth"), ("relay.bandwidth", -0.1, "--suPER_bandwidth"),
+    ("relay.window", 0, "--suPER_window"), ("relay.mode", "median", "relay.mode"),
+    ("run.num_timesteps", -5, "--num-timesteps"), ("dqn.gamma", 1.5, "dqn.gamma"),
+])
+def test_validation_names_the_flag(key: str, value: object, flag: str) -> None:
+    with pytest.raises(C.ConfigError, match=flag):
+        C.resolve("pursuit", overrides={key: value})
+
+
+def test_unknown_env() -> None:
+    with pytest.raises(C.ConfigError, match="--env: expected one of pursuit, battle, adversarial_pursuit"):
+        C.resolve("chess")
+
+
+def test_json_round_trip() -> None:
+    cfg = C.resolve("battle", "dqn", overrides={"relay.enabled": True, "relay.mode": "stochastic", "run.seed": 7})
+    back = C.from_dict(cfg.to_dict())
+    assert dataclasses.asdict(back) == dataclasses.asdict(cfg)
+
+
+def test_epsilon_schedule() -> None:
+    d = C.resolve("pursuit").dqn
+    assert d.epsilon(0) == pytest.approx(0.1)
+    assert d.epsilon(50_000) == pytest.approx(0.0505)
+    assert d.epsilon(10**7) == pytest.approx(0.001)
+
+
+def test_run_name() -> None:
+    cfg = C.resolve("pursuit", overrides={"relay.enabled": True, "run.tag": "bw005", "run.seed": 3})
+    assert cfg.run_name == "pursuit__ddqn_super_quantile__s3__bw005"
