@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig
-from suPER.core.relay import Relay, insertion_priorities
+from suPER.core.relay import Relay, RelayPlan, insertion_priorities
 from suPER.envs import make_env
 from suPER.evaluation import evaluate
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
@@ -166,7 +166,6 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     eval_every = run.resolved_eval_interval
     timer = Timer()
     env_steps, updates, last_target_sync = 0, 0, 0
-    next_eval = 0
     train_returns: deque[float] = deque(maxlen=20)
     losses: list[float] = []
     relay_fraction: list[np.ndarray] = []
@@ -174,12 +173,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     last_eval: dict[str, float] = {}
     ep_return_N = np.zeros(n_agents)
     T = d.rollout_fragment_length
-    f_obs = np.zeros((T, n_agents, *obs_shape), dtype=np.float32)
-    f_next = np.zeros_like(f_obs)
-    f_act = np.zeros((T, n_agents), dtype=np.int64)
-    f_rew = np.zeros((T, n_agents), dtype=np.float32)
-    f_done = np.zeros((T, n_agents), dtype=np.float32)
-    f_valid = np.zeros((T, n_agents), dtype=bool)
+    frag = Fragment.empty(T, n_agents, obs_shape)
 
     def do_eval() -> None:
         nonlocal last_eval
@@ -209,11 +203,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     # ---- loop: one iteration = one rollout fragment
     obs_NO = env.reset(seed=seed + cfg.env.seed_offset)
     alive_N = np.ones(n_agents, dtype=bool)
+    do_eval()  # step 0: the untrained greedy policy
+    next_eval = eval_every
     while env_steps < run.num_timesteps:
-        if env_steps >= next_eval:
-            do_eval()
-            next_eval += eval_every
-        f_valid[:] = False
+        frag.valid_TN[:] = False
         for t in range(T):
             if env_steps >= run.num_timesteps:
                 break
@@ -227,10 +220,13 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 res = env.step(actions_N)
             # record the transition of every learner that acted
             terminal_N = res.terminated_N | (res.truncated_N & cfg.env.truncation_is_terminal)
-            f_obs[t], f_next[t], f_act[t] = obs_NO, res.obs_NO, actions_N
-            f_rew[t], f_done[t], f_valid[t] = res.reward_N, terminal_N, alive_N
+            frag.obs_TNO[t], frag.next_obs_TNO[t], frag.action_TN[t] = obs_NO, res.obs_NO, actions_N
+            frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, alive_N
             ep_return_N += np.where(alive_N, res.reward_N, 0.0)
             env_steps += 1
+            if env_steps >= next_eval:  # evaluate at exact multiples of the interval, on its own env
+                do_eval()
+                next_eval += eval_every
             if res.episode_over:
                 train_returns.append(float(ep_return_N.sum()))
                 ep_return_N[:] = 0.0
@@ -242,31 +238,19 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         td_NT = None
         if (relay is not None and relay.active) or (legacy_priorities and sender_side):
             with timer("relay"):
-                grouped = [x.swapaxes(0, 1).reshape(n_pol, -1, *x.shape[2:]) for x in (f_obs, f_act, f_rew, f_next, f_done)]
-                td_NT = td_errors(*grouped).reshape(n_agents, T).cpu().numpy()
+                td_NT = td_errors(*frag.grouped(n_pol)).reshape(n_agents, T).cpu().numpy()
 
         # store: the fragment's own rows go to each agent's policy buffer
         with timer("store"):
-            t_idx, a_idx = np.nonzero(f_valid)
-            own_priority = None
-            if legacy_priorities:  # the original's RLlib 2.1 insertion: one priority per agent per fragment
-                own_priority = (td_NT[a_idx, f_valid.argmax(axis=0)[a_idx]] + d.per_eps if sender_side
-                                else np.ones(len(a_idx)))
-            buffer.add(policy_of_agent_N[a_idx], f_obs[t_idx, a_idx], f_act[t_idx, a_idx], f_rew[t_idx, a_idx],
-                       f_next[t_idx, a_idx], f_done[t_idx, a_idx], priority_K=own_priority)
+            store_fragment(buffer, frag, policy_of_agent_N, td_NT if legacy_priorities else None,
+                           d.per_eps, sender_side)
 
         # relay: select surprising fresh rows and copy them into teammates' buffers
         if relay is not None and relay.active and td_NT is not None:
             with timer("relay"):
-                plan = relay.plan(td_NT, f_valid.T)
+                plan = relay_fragment(buffer, frag, relay, td_NT, rc.insertion_priority, d.per_eps, sender_side)
                 relay_fraction.append(plan.fraction_N)
                 relay_received += plan.received_N
-                if plan.n_relayed:
-                    s, r = plan.sender_K, plan.row_K
-                    prio = insertion_priorities(rc.insertion_priority, td_NT[s, r], plan.receiver_K, d.per_eps,
-                                                sender_side)
-                    buffer.add(plan.receiver_K, f_obs[r, s], f_act[r, s], f_rew[r, s], f_next[r, s], f_done[r, s],
-                               priority_K=prio)
 
         # learn: one gradient step of every policy on its own prioritized batch
         if env_steps > d.learning_starts:
@@ -301,6 +285,63 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     train_time = wall - timer.total.get("eval", 0.0)
     return Summary(folder.path, env_steps, float(last_eval["team_return_mean"]), env_steps / max(train_time, 1e-9),
                    wall, dict(timer.total))
+
+
+@dataclass
+class Fragment:
+    """One rollout fragment's transitions, [T, N, ...]; ``valid_TN`` marks learners that acted."""
+
+    obs_TNO: np.ndarray
+    next_obs_TNO: np.ndarray
+    action_TN: np.ndarray
+    reward_TN: np.ndarray
+    done_TN: np.ndarray
+    valid_TN: np.ndarray
+
+    @classmethod
+    def empty(cls, steps: int, n_agents: int, obs_shape: tuple[int, ...]) -> Fragment:
+        """Preallocated zero arrays (reused every fragment)."""
+        obs = np.zeros((steps, n_agents, *obs_shape), dtype=np.float32)
+        return cls(obs, np.zeros_like(obs), np.zeros((steps, n_agents), dtype=np.int64),
+                   np.zeros((steps, n_agents), dtype=np.float32), np.zeros((steps, n_agents), dtype=np.float32),
+                   np.zeros((steps, n_agents), dtype=bool))
+
+    def grouped(self, n_policies: int) -> list[np.ndarray]:
+        """(obs, action, reward, next_obs, done) as [P, N/P * T, ...] for one batched TD pass."""
+        arrays = (self.obs_TNO, self.action_TN, self.reward_TN, self.next_obs_TNO, self.done_TN)
+        return [x.swapaxes(0, 1).reshape(n_policies, -1, *x.shape[2:]) for x in arrays]
+
+    def rows(self, t_K: np.ndarray, n_K: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(obs, action, reward, next_obs, done) of the rows (t, n)."""
+        return (self.obs_TNO[t_K, n_K], self.action_TN[t_K, n_K], self.reward_TN[t_K, n_K],
+                self.next_obs_TNO[t_K, n_K], self.done_TN[t_K, n_K])
+
+
+def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.ndarray,
+                   legacy_td_NT: np.ndarray | None, eps: float, sender_side: bool) -> None:
+    """Add every valid row of ``frag`` to its agent's policy buffer.
+
+    Priority: the policy's running max (PER convention), or with ``legacy_td_NT`` given the original's
+    RLlib 2.1 rule -- 1.0 without sender-side prioritization, else the sender's ``|td| + eps`` of that
+    agent's first row of the fragment for all of its rows (REFERENCE 1.8).
+    """
+    t_K, n_K = np.nonzero(frag.valid_TN)
+    priority = None
+    if legacy_td_NT is not None:
+        priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + eps if sender_side
+                    else np.ones(len(n_K)))
+    buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority)
+
+
+def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: np.ndarray, rule: str, eps: float,
+                   sender_side: bool) -> RelayPlan:
+    """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers."""
+    plan = relay.plan(td_NT, frag.valid_TN.T)
+    if plan.n_relayed:
+        s_K, r_K = plan.sender_K, plan.row_K
+        priority = insertion_priorities(rule, td_NT[s_K, r_K], plan.receiver_K, eps, sender_side)
+        buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority)
+    return plan
 
 
 def save_checkpoint(path: Path, q_net: BatchedQNet, target_net: BatchedQNet, optimizer: torch.optim.Optimizer,
