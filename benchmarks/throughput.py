@@ -53,7 +53,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
+
+# torch is imported lazily (in main and the parts) so that --omp-passive can set OMP_WAIT_POLICY before
+# libgomp is loaded.
 
 PAPER_PURSUIT = {"n_pursuers": 8, "n_evaders": 30, "x_size": 16, "y_size": 16, "max_cycles": 500,
                  "shared_reward": False}
@@ -96,6 +98,8 @@ def version(dist: str) -> str:
 
 def machine_info() -> dict[str, Any]:
     """CPU, cores, threads, load and library versions."""
+    import torch
+
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -194,7 +198,12 @@ def bench_pursuit_env(kwargs: dict[str, Any], seconds: float, vectorized: bool, 
 # 2. our native trainer
 
 
-def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: int, seed: int = 1) -> dict[str, Any]:
+class _TimeCap(Exception):
+    """Raised from the progress callback to stop a native run that exceeds its time cap."""
+
+
+def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: int, max_seconds: float = 0.0,
+                 seed: int = 1) -> dict[str, Any]:
     """Train our native DDQN (paper CNN, paper replay ratio) for ``steps`` env steps, evaluation off.
 
     Args:
@@ -202,11 +211,16 @@ def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: i
         threads: torch intra-op threads (run.threads).
         learning_starts: env steps before the first update.
         warmup_steps: env steps excluded from the steady-state window (counted from 0).
+        max_seconds: stop the run after this many seconds (0 = never). A stopped run has no Summary:
+            its env_steps_per_sec is then computed the same way (env steps / train wall time) from the
+            per-fragment timestamps, and ``capped`` is True.
         seed: run seed.
 
     Returns:
         Summary.env_steps_per_sec, a steady-state rate from per-fragment timestamps, timings, updates.
     """
+    import torch
+
     from suPER.config import resolve
     from suPER.models import BatchedQNet
     from suPER.native.dqn import train
@@ -226,16 +240,31 @@ def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: i
     assert (d.rollout_fragment_length, d.batch_size, d.double_q, d.dueling, d.model) == (4, 32, True, True, "conv")
     assert not cfg.relay.enabled and not d.parameter_sharing
     stamps: list[tuple[float, int]] = []
+    t_start = time.perf_counter()
 
     def progress(env_steps: int, _stats: dict[str, float]) -> None:
-        stamps.append((time.perf_counter(), env_steps))
+        now = time.perf_counter()
+        stamps.append((now, env_steps))
+        if max_seconds > 0 and now - t_start > max_seconds and env_steps < steps:
+            raise _TimeCap
 
+    capped = False
     with tempfile.TemporaryDirectory(prefix="bench_native_") as tmp:
         folder = RunFolder(Path(tmp) / "run")
         folder.path.mkdir(parents=True)
-        summary = train(cfg, folder, progress=progress)
-        rows = read_metrics(folder.metrics)
-        updates = int(rows["updates"][-1]) if "updates" in rows and len(rows["updates"]) else -1
+        try:
+            summary = train(cfg, folder, progress=progress)
+            env_steps, rate, wall, timings = (summary.env_steps, summary.env_steps_per_sec, summary.wall_time_s,
+                                              summary.timings)
+            rows = read_metrics(folder.metrics)
+            updates = int(rows["updates"][-1]) if "updates" in rows and len(rows["updates"]) else -1
+        except _TimeCap:
+            capped = True
+            env_steps = stamps[-1][1]
+            wall = stamps[-1][0] - t_start
+            rate = env_steps / wall
+            timings = {}
+            updates = max(0, (env_steps - learning_starts) // d.rollout_fragment_length)  # one per fragment
     torch_threads = torch.get_num_threads()
 
     steady = float("nan")
@@ -247,14 +276,15 @@ def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: i
     return {
         "threads": threads,
         "torch_threads_seen": torch_threads,
-        "env_steps": summary.env_steps,
-        "env_steps_per_sec": summary.env_steps_per_sec,
+        "capped": capped,
+        "env_steps": env_steps,
+        "env_steps_per_sec": rate,
         "steady_env_steps_per_sec": steady,
         "steady_window_env_steps": (window[-1][1] - window[0][1]) if len(window) >= 2 else 0,
-        "wall_time_s": summary.wall_time_s,
-        "timings_s": {k: round(v, 3) for k, v in summary.timings.items()},
+        "wall_time_s": wall,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
         "updates": updates,
-        "updates_per_4_env_steps": updates / max(1, (summary.env_steps - learning_starts)) * 4,
+        "updates_per_4_env_steps": updates / max(1, (env_steps - learning_starts)) * 4,
         "params_per_agent": params_per_agent,
     }
 
@@ -278,6 +308,8 @@ def bench_rllib(kwargs: dict[str, Any], measure_steps: int, threads: list[int], 
     Returns:
         Ray init time and, per thread count, build/warm-up times and steady env-steps/s.
     """
+    import torch
+
     warnings.filterwarnings("ignore")
     t0 = time.perf_counter()
     import ray
@@ -435,10 +467,14 @@ def report(results: dict[str, Any]) -> str:
     for r in results.get("native", []):
         t = r["timings_s"]
         split = ", ".join(f"{k} {v:.1f}" for k, v in t.items() if k != "eval")
+        capped = (f"STOPPED at the {a['native_max_seconds']:g} s cap after {r['env_steps']} of {a['steps']} steps "
+                  "(rate = env steps / wall time from per-fragment timestamps, as Summary computes it); "
+                  if r.get("capped") else f"{r['env_steps']} steps, ")
         lines.append(f"| ours: native DDQN, paper CNN (`Summary.env_steps_per_sec`) | {r['threads']} | "
-                     f"**{fmt(r['env_steps_per_sec'])}** | {r['env_steps']} steps, {r['wall_time_s']:.1f} s wall incl. "
+                     f"**{fmt(r['env_steps_per_sec'])}** | {capped}{r['wall_time_s']:.1f} s wall incl. "
                      f"start-up; steady state after warm-up {fmt(r['steady_env_steps_per_sec'])}; "
-                     f"{r['updates']} updates ({r['updates_per_4_env_steps']:.2f} per 4 env steps); split (s): {split} |")
+                     f"{r['updates']} updates ({r['updates_per_4_env_steps']:.2f} per 4 env steps)"
+                     + (f"; split (s): {split}" if split else "") + " |")
     rl = results.get("rllib")
     if rl:
         for r in rl["runs"]:
@@ -505,6 +541,10 @@ def compute_ratios(results: dict[str, Any]) -> None:
     for t, v in sorted(rllib.items()):
         if t != base_t and t in native:
             ratios[f"ours ({t} threads) / RLlib ({t} threads)"] = native[t] / v
+    steady = {r["threads"]: r["steady_env_steps_per_sec"] for r in results.get("native", [])}
+    if base_t in steady and not np.isnan(steady[base_t]):
+        ratios[f"ours steady state / RLlib steady state ({base_t} thread{'s' if base_t > 1 else ''})"] = (
+            steady[base_t] / base)
     best_ours, best_rl = max(native.values()), max(rllib.values())
     ratios["best ours / best RLlib"] = best_ours / best_rl
     results["ratios"] = ratios
@@ -544,6 +584,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--iter-steps", type=int, default=None,
                    help="RLlib min_sample_timesteps_per_iteration (default 200; quick 20)")
     p.add_argument("--learning-starts", type=int, default=None, help="env steps before learning (default 200; quick 20)")
+    p.add_argument("--native-max-seconds", type=float, default=None,
+                   help="stop a native run after this many seconds (default 180; quick 30; 0 = no cap). Guards "
+                        "against the multi-thread OpenMP slowdown on a shared machine (see README)")
+    p.add_argument("--omp-passive", action="store_true",
+                   help="set OMP_WAIT_POLICY=PASSIVE before torch loads (no spin-waiting OpenMP threads)")
     p.add_argument("--quick", action="store_true", help="smoke mode: a second per env, tiny step counts")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: env, native, rllib")
     p.add_argument("--json", type=Path, default=None, help="also write all results to this JSON file")
@@ -556,9 +601,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rllib_threads = args.rllib_threads or [1]
     iter_steps = args.iter_steps if args.iter_steps is not None else (20 if q else 200)
     learning_starts = args.learning_starts if args.learning_starts is not None else (20 if q else 200)
+    native_cap = args.native_max_seconds if args.native_max_seconds is not None else (30.0 if q else 180.0)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if skip - {"env", "native", "rllib"}:
         p.error(f"--skip: unknown part(s) {sorted(skip - {'env', 'native', 'rllib'})}")
+
+    if args.omp_passive:
+        if "torch" in sys.modules and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+            log("warning: torch is already imported in this process; --omp-passive cannot take effect")
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    import torch
 
     from suPER.config import resolve
 
@@ -574,6 +626,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "load_start": loadavg(),
         "args": {"seconds": seconds, "steps": steps, "rllib_steps": rllib_steps, "threads": threads,
                  "rllib_threads": rllib_threads, "iter_steps": iter_steps, "learning_starts": learning_starts,
+                 "native_max_seconds": native_cap, "omp_passive": args.omp_passive,
                  "quick": q, "skip": sorted(skip)},
         "env_kwargs": kwargs,
     }
@@ -604,7 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["native"] = []
         for t in threads:
             r = timed(f"native DDQN, {steps} env steps, threads={t}",
-                      lambda t=t: bench_native(steps, t, learning_starts, learning_starts + iter_steps))
+                      lambda t=t: bench_native(steps, t, learning_starts, learning_starts + iter_steps, native_cap))
             log(f"  Summary.env_steps_per_sec {r['env_steps_per_sec']:.1f}, steady {r['steady_env_steps_per_sec']:.1f}")
             results["native"].append(r)
     if "rllib" not in skip:

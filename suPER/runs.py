@@ -285,7 +285,8 @@ class WandbLogger:
 
         self._wandb = wandb
         self.run = wandb.init(project=project, group=group or None, name=name, config=dict(config),
-                              dir=str(run_dir), mode=mode, tags=tags or None, reinit="finish_previous")
+                              dir=str(run_dir), mode=mode,  # type: ignore[arg-type]
+                              tags=tags or None, reinit="finish_previous")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Log at env-step ``step``."""

@@ -88,3 +88,15 @@ def test_finished_run_is_not_overwritten(tmp_path: Path) -> None:
     r = run_cli("train", "--env", "pursuit", "--out", str(tmp_path))
     assert r.returncode == 2 and "already holds a finished run" in r.stderr
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_legacy_switch_turns_on_every_documented_quirk() -> None:
+    from suPER import config as C
+    from suPER.cli import legacy_settings
+
+    cfg = C.resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
+    assert cfg.relay.mode == "gaussian_variance"  # variance as the gaussian scale (REFERENCE 14.2)
+    assert cfg.env.truncation_is_terminal  # 14.6
+    assert cfg.relay.insertion_priority == "legacy"  # 14.7
+    assert cfg.env.eval_seed_offset == 0  # 14.17
+    assert C.resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"

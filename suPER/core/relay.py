@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import norm
@@ -185,7 +186,7 @@ class Relay:
             if rows.size == 0:
                 continue
             td = td_abs_NT[s, rows].astype(np.float64)
-            hist = self.windows.push(s, td) if self.mode != "stochastic" else td
+            hist = self.windows.push(int(s), td) if self.mode != "stochastic" else td
             if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
                 chosen = np.full(td.size, b >= 1.0)
             elif self.mode == "stochastic":
@@ -222,20 +223,20 @@ class Relay:
             thresholds = np.full(n_agents, np.nan)
         else:
             selected, thresholds = self.select(td_abs_NT, valid_NT)
-        present = valid_NT.any(axis=1)
+        present = np.asarray(valid_NT.any(axis=1), dtype=bool)
         s_K, r_K, recv_K = self.route(selected, present)
         fresh = valid_NT.sum(axis=1)
         fraction = np.where(fresh > 0, selected.sum(axis=1) / np.maximum(fresh, 1), 0.0)
         received = np.bincount(recv_K, minlength=n_agents).astype(np.int64)
         return RelayPlan(s_K, r_K, recv_K, selected, fraction, received, thresholds)
 
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, Any]:
         """Windows and generator state, for checkpoints."""
         return {"windows": self.windows.state_dict(), "rng": self.rng.bit_generator.state}
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from ``state_dict``."""
-        self.windows.load_state_dict(state["windows"])  # type: ignore[arg-type]
+        self.windows.load_state_dict(state["windows"])
         self.rng.bit_generator.state = state["rng"]
 
 

@@ -1,0 +1,54 @@
+"""Smoke tests of benchmarks/throughput.py in --quick mode (numbers are not checked, only that it runs).
+
+The default test skips the RLlib part (~10 s); the RLlib part starts a Ray cluster (~30-50 s on 2 cores)
+and is marked slow (run with ``pytest -m slow``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "throughput.py"
+
+
+def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env)
+
+
+def test_quick_env_and_native(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = _run(["--quick", "--threads", "1", "--skip", "rllib", "--json", str(out)], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| raw `pursuit_v5.parallel_env`, random actions |" in proc.stdout
+    assert "| ours: native DDQN, paper CNN" in proc.stdout
+    data = json.loads(out.read_text())
+    for key in ("parallel_env", "lean", "vectorized"):
+        assert data["env"][key]["env_steps_per_sec"] > 0
+    (native,) = data["native"]
+    assert native["threads"] == 1 and native["torch_threads_seen"] == 1
+    assert native["env_steps"] == 80 and not native["capped"]
+    assert native["env_steps_per_sec"] > 0
+    assert native["updates_per_4_env_steps"] == pytest.approx(1.0, abs=0.01)  # paper replay ratio
+
+
+@pytest.mark.slow
+def test_quick_rllib_and_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = _run(["--quick", "--threads", "1", "--skip", "env", "--json", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "target: >= 3x RLlib with the paper CNN at the paper replay ratio: " in proc.stdout
+    data = json.loads(out.read_text())
+    (run,) = data["rllib"]["runs"]
+    assert run["env_steps_per_sec"] > 0 and run["measured_env_steps"] >= 20
+    assert run["updates_per_4_env_steps"] == pytest.approx(1.0, abs=0.01)  # same replay ratio as ours
+    assert run["params_per_agent"] == 156_710  # the conv stack + 64-wide dueling heads
+    assert "ours (1 thread) / RLlib (1 thread)" in data["ratios"]

@@ -1,0 +1,63 @@
+"""Keeps the module map of STYLE.md true (ast import check), and runs ruff and mypy on the package."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "suPER"
+
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "config.py": ("torch", "ray", "wandb", "suPER."),
+    "envs": ("suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
+    "models": ("suPER.envs", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray"),
+    "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
+    "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "wandb", "ray",
+                      "torch"),
+    "native": ("ray.rllib", "wandb", "suPER.cli"),
+    "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
+}
+"""module (file or folder under suPER/) -> import prefixes it must not use (STYLE.md module map)"""
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(FORBIDDEN))
+def test_module_imports_follow_the_layering(module: str) -> None:
+    target = PKG / module
+    files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    assert files
+    bad = []
+    for f in files:
+        for name in imports_of(f):
+            for prefix in FORBIDDEN[module]:
+                if name == prefix.rstrip(".") or name.startswith(prefix if prefix.endswith(".") else prefix + "."):
+                    if not (module == "config.py" and name == "suPER.config"):
+                        bad.append(f"{f.relative_to(ROOT)} imports {name}")
+                elif name == prefix:
+                    bad.append(f"{f.relative_to(ROOT)} imports {name}")
+    assert not bad, bad
+
+
+def test_ruff_clean() -> None:
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "suPER", "tests", "benchmarks"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_clean_on_pure_modules() -> None:
+    r = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
