@@ -34,7 +34,7 @@ from suPER.envs import make_env
 from suPER.evaluation import evaluate
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import MultiAgentPER
-from suPER.runs import CSVMetrics, Logger, NoLogger, RunFolder, atomic_write_bytes
+from suPER.runs import CSVMetrics, Logger, NoLogger, RunFolder, atomic_write_bytes, seed_everything
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 """Called after every fragment with (env_steps, latest stats) - the CLI draws its progress bar with it."""
@@ -102,12 +102,15 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     if run.threads > 0:
         torch.set_num_threads(run.threads)
     seed = run.seed
+    seed_everything(seed)  # torch init of the networks; every other component gets its own generator
     rng = np.random.default_rng(seed)  # exploration draws
     t_start = time.perf_counter()
 
     # ---- envs: training env seeded with seed + offset, evaluation env with a distinct seed
     env = make_env(cfg.env, seed=seed + cfg.env.seed_offset)
-    eval_env = make_env(cfg.env, seed=seed + cfg.env.seed_offset + cfg.env.eval_seed_offset)
+    eval_seed = seed + cfg.env.seed_offset + cfg.env.eval_seed_offset
+    eval_env = make_env(cfg.env, seed=eval_seed)
+    eval_env.reset(seed=eval_seed)  # seed its RNG once; evaluation episodes continue from it
     spec = env.spec
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d.parameter_sharing else n_agents

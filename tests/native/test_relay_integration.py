@@ -106,3 +106,22 @@ def test_parameter_sharing_stores_all_agents_in_one_buffer() -> None:
     buf = MultiAgentPER(1, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
     store_fragment(buf, frag, np.zeros(N, dtype=np.int64), None, EPS, False)
     assert sorted(buffer_rows(buf, 0)[0]) == sorted(10 * n + t for n in range(N) for t in range(T))
+
+
+def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two runs with the same seed write identical metrics (timing columns aside)."""
+    from suPER import config as C
+    from suPER.native.dqn import train
+    from suPER.runs import RunFolder, read_metrics
+
+    overrides = {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 8,
+                 "env.kwargs.y_size": 8, "env.horizon": 50, "dqn.model": "mlp", "dqn.learning_starts": 50,
+                 "run.num_timesteps": 300, "run.eval_interval": 100, "run.eval_episodes": 2, "relay.enabled": True,
+                 "relay.mode": "stochastic", "relay.bandwidth": 0.3, "run.seed": 4}
+    for name in ("a", "b"):
+        train(C.resolve("pursuit", overrides=overrides), RunFolder(tmp_path / name))
+    a, b = (read_metrics(tmp_path / n / "metrics.csv") for n in ("a", "b"))
+    for col in a:
+        if col not in ("env_steps_per_sec", "wall_time_s"):
+            np.testing.assert_array_equal(a[col], b[col], err_msg=col)
+    assert a["relayed_rows_total"][-1] > 0
