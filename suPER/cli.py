@@ -164,6 +164,7 @@ def train(
     wandb_mode: Annotated[str, typer.Option("--wandb-mode", help="offline | online (needs WANDB_API_KEY)")] = "offline",
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. --set dqn.gamma=0.95")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    backend: Annotated[str, typer.Option(help="native (fast batched trainer) | rllib (suPERDQN on RLlib 2.60)")] = "native",
 ) -> None:
     """Train independent DQN learners (with optional SUPER relay) and write a run folder per seed.
 
@@ -171,6 +172,8 @@ def train(
     --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
     --env pursuit_plaindqn, --horizon, --experiment_group, --experiment_project.
     """
+    if backend not in BACKENDS:
+        raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
         raise UserError(f"--num-seeds: expected an integer >= 1, got {num_seeds}")
     named: dict[str, Any] = {"run.seed": seed, "run.device": device, "run.threads": threads, "run.out": str(out),
@@ -189,7 +192,23 @@ def train(
     overrides = _set_pairs(set_ or [])
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
-        _train_one(cfg, overwrite)
+        _train_one(cfg, overwrite, backend)
+
+
+BACKENDS = ("native", "rllib")
+
+
+def _trainer(backend: str) -> Any:
+    """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend (imported lazily)."""
+    if backend == "rllib":
+        try:
+            from suPER.core.rllib_runner import train_rllib
+        except ImportError as exc:
+            raise UserError(f"--backend rllib: not available in this version ({exc})") from exc
+        return train_rllib
+    from suPER.native.dqn import train as native_train
+
+    return native_train
 
 
 def legacy_settings(mode: str | None) -> dict[str, Any]:
@@ -211,7 +230,7 @@ def _quick_profile(env: str) -> dict[str, Any]:
     return dict(profiles["quick"][env])
 
 
-def _train_one(cfg: C.ExperimentConfig, overwrite: bool) -> None:
+def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native") -> None:
     """Prepare the run folder, write config + manifest, train, plot, finalise the manifest."""
     import time
 
@@ -221,12 +240,13 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool) -> None:
     from suPER.plotting import plot_curve
 
     console = Console(stderr=True)
+    train_fn = _trainer(backend)  # before touching the disk: an unavailable backend writes nothing
     folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
     if overwrite and folder.metrics.exists():
         folder.metrics.unlink()
     runs.atomic_write_json(folder.config, cfg.to_dict())
     manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
-                                                     "backend": "native"})
+                                                     "backend": backend})
     runs.atomic_write_json(folder.manifest, manifest)
     logger: runs.Logger = runs.NoLogger()
     if cfg.run.wandb:
@@ -235,12 +255,10 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool) -> None:
     console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
                   f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
                   f"{cfg.run.num_timesteps} env steps -> {folder.path}")
-    from suPER.native.dqn import train as native_train
-
     status = runs.FAILED
     try:
         with _progress_bar(cfg, console) as on_progress:
-            summary = native_train(cfg, folder, logger=logger, progress=on_progress)
+            summary = train_fn(cfg, folder, logger=logger, progress=on_progress)
         status = runs.FINISHED
     except KeyboardInterrupt:
         status = runs.INTERRUPTED
