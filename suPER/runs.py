@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -207,6 +207,18 @@ def new_manifest(seed: int, argv: list[str] | None = None, extra: Mapping[str, A
     }
 
 
+@dataclass
+class Summary:
+    """What a finished training run reports."""
+
+    run_dir: Path
+    env_steps: int
+    final_team_return: float
+    env_steps_per_sec: float
+    wall_time_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
 # --------------------------------------------------------------------------------------------------
 # seeding
 
@@ -350,3 +362,21 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
         except ValueError:
             cols[k] = np.array([r[k] for r in rows])
     return cols
+
+
+def namespaced_metrics(row: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
+    """metrics.csv columns -> namespaced W&B keys (charts/, losses/, relay/, perf/; see docs/metrics.md)."""
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        if k == "env_steps":
+            continue
+        if k in ("loss",):
+            out[f"losses/{k}"] = v
+        elif k.startswith(("fraction_shared", "relayed_")):
+            out[f"relay/{k}"] = v
+        elif k in ("env_steps_per_sec", "wall_time_s", "updates"):
+            out[f"perf/{k}"] = v
+        else:
+            out[f"charts/{k}"] = v
+    out.update({f"perf/time_{k}_s": v for k, v in timings.items()})
+    return out

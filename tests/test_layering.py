@@ -19,7 +19,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
     "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "wandb", "ray",
                       "torch"),
-    "native": ("ray.rllib", "wandb", "suPER.cli"),
+    "native": ("ray", "wandb", "suPER.cli"),
+    "core/trainers.py": ("suPER.native", "suPER.cli", "wandb"),
+    "core/rllib_buffer.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.models", "wandb"),
+    "core/rllib_runner.py": ("suPER.native", "suPER.cli", "wandb"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
 }
 """module (file or folder under suPER/) -> import prefixes it must not use (STYLE.md module map)"""

@@ -27,8 +27,9 @@ what SUPER needs and fixes what is broken:
     right after DQN's ``self.local_replay_buffer.add(episodes)`` (ray/rllib/algorithms/dqn/dqn.py:668)
     and before any sampling of that training step.
 (e) **Seeding.** The stock episode buffers draw from ``np.random.default_rng(None)``
-    (utils/replay_buffers/episode_replay_buffer.py:173), ignoring ``config.seed``; this class takes a
-    ``seed`` kwarg. The receivers' segment trees grow on demand (with bandwidth 1 a receiver indexes
+    (utils/replay_buffers/episode_replay_buffer.py:173), ignoring ``config.seed``, and visit modules in
+    ``set`` order (which follows PYTHONHASHSEED); this class takes a ``seed`` kwarg and samples modules
+    in sorted order. The receivers' segment trees grow on demand (with bandwidth 1 a receiver indexes
     up to team-size times its own steps, more than the stock fixed-size trees hold).
 
 Private RLlib internals used (hence ``ray[rllib]==2.60.0`` is pinned): the attributes in
@@ -246,8 +247,9 @@ class RelayMultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentPrioritizedEpisode
             1-step SingleAgentEpisodes, module by module; every row of module m's block has
             ``module_id == m`` and the block is in the learner connector's grouped order.
         """
-        # the same module order the stock code would iterate (so the RNG draws are identical)
-        modules = list(modules_to_sample or set(self._module_to_indices.keys()))
+        # sorted: the stock code iterates set(module ids), whose order follows PYTHONHASHSEED, so the
+        # per-module draws of a seeded buffer would differ between processes
+        modules = list(modules_to_sample) if modules_to_sample else sorted(self._module_to_indices.keys())
         rows = super().sample(num_items, batch_size_B=batch_size_B, batch_length_T=batch_length_T, n_step=n_step,
                               gamma=gamma, include_infos=include_infos,
                               include_extra_model_outputs=include_extra_model_outputs, replay_mode=replay_mode,

@@ -20,7 +20,7 @@ import copy
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +34,22 @@ from suPER.envs import make_env
 from suPER.evaluation import evaluate
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import MultiAgentPER
-from suPER.runs import CSVMetrics, Logger, NoLogger, RunFolder, atomic_write_bytes, seed_everything
+from suPER.runs import (
+    CSVMetrics,
+    Logger,
+    NoLogger,
+    RunFolder,
+    Summary,
+    atomic_write_bytes,
+    namespaced_metrics,
+    seed_everything,
+)
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 """Called after every fragment with (env_steps, latest stats) - the CLI draws its progress bar with it."""
 
 SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
 """Envs whose original config used worker-side prioritization (only matters for legacy priorities)."""
-
-
-@dataclass
-class Summary:
-    """What a finished training run reports."""
-
-    run_dir: Path
-    env_steps: int
-    final_team_return: float
-    env_steps_per_sec: float
-    wall_time_s: float
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -198,7 +195,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
             row["relayed_rows_total"] = int(relay_received.sum())
         metrics.append(row)
-        logger.log(_namespaced(row, timer.total), step=env_steps)
+        logger.log(namespaced_metrics(row, timer.total), step=env_steps)
         losses.clear()
         relay_fraction.clear()
         last_eval = row
@@ -353,21 +350,3 @@ def save_checkpoint(path: Path, q_net: BatchedQNet, target_net: BatchedQNet, opt
     state = {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
              "env_steps": env_steps, "updates": updates, "config": cfg.to_dict()}
     atomic_write_bytes(path, lambda p: torch.save(state, p))
-
-
-def _namespaced(row: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
-    """metrics.csv columns -> namespaced W&B keys (charts/, losses/, relay/, perf/; see docs/metrics.md)."""
-    out: dict[str, float] = {}
-    for k, v in row.items():
-        if k == "env_steps":
-            continue
-        if k in ("loss",):
-            out[f"losses/{k}"] = v
-        elif k.startswith(("fraction_shared", "relayed_")):
-            out[f"relay/{k}"] = v
-        elif k in ("env_steps_per_sec", "wall_time_s", "updates"):
-            out[f"perf/{k}"] = v
-        else:
-            out[f"charts/{k}"] = v
-    out.update({f"perf/time_{k}_s": v for k, v in timings.items()})
-    return out

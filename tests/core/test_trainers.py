@@ -252,3 +252,19 @@ def test_tune_smoke(two_agent_env: type, tiny_training: dict, tiny_model: dict, 
     assert result.metrics["training_iteration"] == 2
     assert 0.0 <= result.metrics["suPER"]["fraction_shared_mean"] <= 1.0
     assert result.metrics["suPER"]["relayed_rows_lifetime"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_learner_relays(two_agent_env: type, tiny_training: dict, tiny_model: dict) -> None:
+    """The fresh-TD pass runs where the learner's nets live (cuda) and comes back as numpy."""
+    config = small(suPERDQNConfig().environment(two_agent_env), tiny_training, tiny_model)
+    config.training(suPER_bandwidth=1.0).learners(num_learners=0, num_gpus_per_learner=1)
+    algo = suPERDQN(config=config)
+    try:
+        device = next(iter(algo.learner_group.foreach_learner(lambda learner: str(learner._device)))).get()
+        assert device.startswith("cuda")
+        result = algo.train()
+        assert result["suPER"]["relayed_rows"] == 32
+    finally:
+        algo.stop()

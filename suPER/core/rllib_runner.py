@@ -1,0 +1,339 @@
+"""``super-marl train --backend rllib``: the native experiments, trained by ``suPERDQN`` on RLlib 2.60.
+
+Same inputs and outputs as ``suPER.native.dqn.train``: an ``ExperimentConfig`` in, the run folder's
+``metrics.csv`` (the native trainer's columns), W&B through the injected logger, a ``Summary`` out.
+What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.envs.make_env``,
+wrapped as an RLlib ``MultiAgentEnv`` whose agents are the *learners only*; fixed opponents act
+inside the adapter, as in the native backend and the original), RLlib's Learner updates one
+``DefaultDQNTorchRLModule`` per learner, and ``suPERDQN`` relays.
+
+Mapping of the config (differences from the native trainer in brackets):
+- nets: ``conv`` = RLlib's CNN encoder with the paper's three 2x2 stride-1 "valid" convs (32, 64, 64,
+  ReLU) straight into dueling heads of ``hiddens`` units [the paper's 64-unit and ``hiddens``-unit
+  dense layers after the convs are not part of RLlib's default encoder]; ``mlp`` = flattened obs ->
+  2x64 tanh -> heads [RLlib's default init].
+- replay: ``suPERDQN``'s relay buffer with capacity ``buffer_size`` env steps [native: per-agent
+  transitions; equal when every learner acts every step], alpha/beta as configured [RLlib stores
+  ``max(|td|, 1e-12)`` as priority: no ``per_eps``].
+- one update of every module (``batch_size`` rows each) per ``rollout_fragment_length`` env steps,
+  learning from ``learning_starts`` env steps [RLlib: ``>=``, native: ``>``]; hard target sync every
+  ``target_update_freq`` env steps; Huber loss; Adam(lr, adam_eps); grad-norm clip per module.
+- epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
+- one RLlib iteration = ``run.resolved_eval_interval`` env steps, then a greedy evaluation with
+  ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from suPER.config import EnvConfig, ExperimentConfig
+from suPER.envs import make_env
+from suPER.evaluation import evaluate
+from suPER.runs import (  # same Summary and W&B key names as the native backend
+    CSVMetrics,
+    Logger,
+    NoLogger,
+    RunFolder,
+    Summary,
+    namespaced_metrics,
+    seed_everything,
+)
+
+ProgressFn = Callable[[int, dict[str, float]], None]
+
+PAPER_CONV_FILTERS = [[32, 2, 1, "valid"], [64, 2, 1, "valid"], [64, 2, 1, "valid"]]
+"""The paper's conv stack (PursuitModel / BattleModel) in RLlib's [out_channels, kernel, stride, padding] form."""
+
+
+def _rllib_env_class() -> type:
+    """``ArrayEnvAsRLlib``: our array env adapters as an RLlib MultiAgentEnv (built lazily: ray is heavy)."""
+    import gymnasium as gym
+    from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+    class ArrayEnvAsRLlib(MultiAgentEnv):
+        """One of our env adapters (learners only) with RLlib's dict-per-agent interface.
+
+        env_config: ``env`` (EnvConfig as a dict), ``seed`` (first reset and opponent seed), ``flatten``
+        (flat observations for the mlp body). A learner that dies appears once more with its last
+        observation and ``terminated=True``, then leaves the dicts; horizon cuts are ``truncated``
+        (or ``terminated`` with ``env.truncation_is_terminal``).
+        """
+
+        def __init__(self, config: dict[str, Any] | None = None) -> None:
+            super().__init__()
+            config = dict(config or {})
+            env_cfg = EnvConfig(**config["env"])
+            self._seed = int(config["seed"])
+            self._seeded = False
+            self._flatten = bool(config.get("flatten", False))
+            self._terminal_cut = env_cfg.truncation_is_terminal
+            self._env = make_env(env_cfg, seed=self._seed)
+            spec = self._env.spec
+            self.possible_agents = list(spec.learner_ids)
+            self.agents = list(self.possible_agents)
+            shape = (int(np.prod(spec.obs_shape)),) if self._flatten else tuple(spec.obs_shape)
+            box = gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+            self.observation_spaces = {a: box for a in self.possible_agents}
+            self.action_spaces = {a: gym.spaces.Discrete(spec.n_actions) for a in self.possible_agents}
+            self._acting_N = np.ones(len(self.possible_agents), dtype=bool)
+
+        def _obs(self, obs_NO: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+            return {self.possible_agents[i]: obs_NO[i].reshape(-1) if self._flatten else obs_NO[i] for i in rows}
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+            # seeded once, like the native trainer (RLlib's own per-reset seeds are not used)
+            obs_NO = self._env.reset(seed=None if self._seeded else self._seed)
+            self._seeded = True
+            self._acting_N[:] = True
+            self.agents = list(self.possible_agents)
+            return self._obs(obs_NO, np.arange(len(self.possible_agents))), {}
+
+        def step(self, action_dict: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+            ids = self.possible_agents
+            actions_N = np.array([int(action_dict.get(a, 0)) for a in ids], dtype=np.int64)
+            res = self._env.step(actions_N)
+            rows = np.flatnonzero(self._acting_N)
+            terminated, truncated = {}, {}
+            for i in rows:
+                term = bool(res.terminated_N[i])
+                cut = bool(res.truncated_N[i]) or (res.episode_over and not term)
+                if cut and self._terminal_cut:
+                    term, cut = True, False
+                terminated[ids[i]], truncated[ids[i]] = term, cut
+            rewards = {ids[i]: float(res.reward_N[i]) for i in rows}
+            obs = self._obs(res.obs_NO, rows)
+            if res.episode_over:
+                terminated["__all__"] = all(terminated.values())
+                truncated["__all__"] = not terminated["__all__"]
+                self._acting_N[:] = False
+            else:
+                terminated["__all__"] = truncated["__all__"] = False
+                self._acting_N &= res.alive_N
+            # RLlib expects every agent in this step's dicts to be listed until the next step
+            self.agents = [ids[i] for i in rows]
+            return obs, rewards, terminated, truncated, {}
+
+        def close(self) -> None:
+            self._env.close()
+
+    return ArrayEnvAsRLlib
+
+
+def build_config(cfg: ExperimentConfig) -> Any:
+    """The ``suPERDQNConfig`` an ExperimentConfig describes (one module per learner, or one shared).
+
+    Args:
+        cfg: validated experiment config.
+
+    Returns:
+        A suPERDQNConfig ready for ``build_algo()``.
+    """
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    from suPER.core.rllib_buffer import BUFFER_PATH
+    from suPER.core.trainers import suPERDQNConfig
+
+    d, rc, run = cfg.dqn, cfg.relay, cfg.run
+    probe = make_env(cfg.env)
+    spec = probe.spec
+    probe.close()
+    env_seed = run.seed + cfg.env.seed_offset
+    if d.model == "conv":
+        model = DefaultModelConfig(conv_filters=PAPER_CONV_FILTERS, conv_activation="relu",
+                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
+    else:
+        model = DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
+                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
+    if d.parameter_sharing:
+        team = spec.team
+        policies, mapping = {team}, _SharedModule(team)
+        batch = d.batch_size * spec.n_agents
+    else:
+        from suPER.core.trainers import module_per_agent
+
+        policies, mapping, batch = set(spec.learner_ids), module_per_agent, d.batch_size
+    gpu = run.device == "cuda" or (run.device == "auto" and _cuda_available())
+    config = (
+        suPERDQNConfig()
+        .environment(_rllib_env_class(), env_config={"env": dataclasses.asdict(cfg.env), "seed": env_seed,
+                                                     "flatten": d.model == "mlp"})
+        .framework("torch")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=d.rollout_fragment_length)
+        .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
+        .multi_agent(policies=policies, policy_mapping_fn=mapping, count_steps_by="env_steps")
+        .rl_module(model_config=model)
+        .training(
+            lr=d.lr, gamma=d.gamma, adam_epsilon=d.adam_eps, grad_clip=d.grad_clip, grad_clip_by="global_norm",
+            train_batch_size_per_learner=batch, n_step=1, double_q=d.double_q, dueling=d.dueling,
+            td_error_loss_fn="huber", target_network_update_freq=d.target_update_freq,
+            num_steps_sampled_before_learning_starts=d.learning_starts,
+            epsilon=[(0, d.epsilon_initial), (d.epsilon_timesteps, d.epsilon_final)],
+            replay_buffer_config={"type": BUFFER_PATH, "capacity": d.buffer_size, "alpha": d.per_alpha,
+                                  "beta": d.per_beta},
+            suPER=rc.enabled, suPER_mode=rc.mode, suPER_bandwidth=rc.bandwidth, suPER_window=rc.window,
+            suPER_team_sharing=rc.team or None, suPER_insertion_priority=rc.insertion_priority,
+        )
+        .reporting(min_sample_timesteps_per_iteration=run.resolved_eval_interval, min_time_s_per_iteration=0,
+                   metrics_num_episodes_for_smoothing=20)
+        .debugging(seed=run.seed)
+    )
+    return config
+
+
+class _SharedModule:
+    """Policy mapping for parameter sharing: every learner -> the team's module (picklable)."""
+
+    def __init__(self, module_id: str) -> None:
+        self.module_id = module_id
+
+    def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
+        return self.module_id
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
+                progress: ProgressFn | None = None) -> Summary:
+    """Train with ``suPERDQN`` on RLlib and record the run like the native trainer.
+
+    Starts a local Ray instance bound to 127.0.0.1 (token auth off unless RAY_AUTH_MODE says
+    otherwise) when none is running, and shuts it down at the end.
+
+    Args:
+        cfg: validated experiment config.
+        folder: run folder (metrics.csv, checkpoints/rllib_final).
+        logger: scalar sink (W&B etc.); metrics.csv is always written.
+        progress: optional callback after every iteration (env_steps, stats).
+
+    Returns:
+        Summary of the run.
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+    import torch
+
+    logger = logger or NoLogger()
+    run = cfg.run
+    if run.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
+    if run.threads > 0:
+        torch.set_num_threads(run.threads)
+    seed_everything(run.seed)
+    t_start = time.perf_counter()
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    algo = None
+    eval_env = make_env(cfg.env, seed=run.seed + cfg.env.seed_offset + cfg.env.eval_seed_offset)
+    try:
+        algo = build_config(cfg).build_algo()
+        return _train_loop(cfg, folder, logger, progress, algo, eval_env, t_start)
+    finally:
+        eval_env.close()
+        if algo is not None:
+            algo.stop()
+        if started_ray:
+            ray.shutdown()
+
+
+def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progress: ProgressFn | None, algo: Any,
+                eval_env: Any, t_start: float) -> Summary:
+    import torch
+
+    d, run = cfg.dqn, cfg.run
+    spec = eval_env.spec
+    ids = list(spec.learner_ids)
+    module_of = [spec.team if d.parameter_sharing else a for a in ids]
+    flatten = d.model == "mlp"
+    batch = d.batch_size * (spec.n_agents if d.parameter_sharing else 1)
+    folder.checkpoints.mkdir(parents=True, exist_ok=True)
+    metrics = CSVMetrics(folder.metrics)
+    timings: dict[str, float] = {"train": 0.0, "eval": 0.0}
+    t_loop = time.perf_counter()  # throughput excludes Ray's start and the algorithm build (seconds)
+
+    @torch.no_grad()
+    def greedy(obs_NO: np.ndarray, alive_N: np.ndarray) -> np.ndarray:
+        """Greedy actions of the current modules (the EnvRunner's copies, synced after each update)."""
+        obs = torch.as_tensor(obs_NO.reshape(len(ids), -1) if flatten else obs_NO, dtype=torch.float32)
+        actions_N = np.zeros(len(ids), dtype=np.int64)
+        for m in dict.fromkeys(module_of):
+            rows = [i for i, mm in enumerate(module_of) if mm == m]
+            out = algo.get_module(m).forward_inference({"obs": obs[rows]})
+            actions_N[rows] = out["actions"].cpu().numpy()
+        return actions_N
+
+    def do_eval(env_steps: int, result: dict[str, Any] | None) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        res = evaluate(eval_env, greedy, run.eval_episodes)
+        timings["eval"] += time.perf_counter() - t0
+        row: dict[str, Any] = {"env_steps": env_steps, **res.as_row(ids)}
+        row.update(_train_stats(result, module_of, batch, env_steps, cfg))
+        now = time.perf_counter()
+        row["env_steps_per_sec"] = env_steps / max(now - t_loop - timings["eval"], 1e-9)
+        row["wall_time_s"] = now - t_start
+        if cfg.relay.enabled:
+            row.update(_relay_stats(result, module_of, spec.team))
+        metrics.append(row)
+        logger.log(namespaced_metrics(row, timings), step=env_steps)
+        return row
+
+    env_steps = 0
+    last = do_eval(0, None)  # step 0: the untrained greedy policy, as the native trainer
+    while env_steps < run.num_timesteps:
+        t0 = time.perf_counter()
+        result = algo.train()
+        timings["train"] += time.perf_counter() - t0
+        env_steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
+        last = do_eval(env_steps, result)
+        if progress is not None:
+            progress(env_steps, {"team_return": last["team_return_mean"], "train_return": last["train_return_mean"]})
+    algo.save_to_path(str(folder.checkpoints / "rllib_final"))
+    now = time.perf_counter()
+    timings["startup"] = t_loop - t_start
+    return Summary(folder.path, env_steps, float(last["team_return_mean"]),
+                   env_steps / max(now - t_loop - timings["eval"], 1e-9), now - t_start, dict(timings))
+
+
+def _train_stats(result: dict[str, Any] | None, module_of: list[str], batch: int, env_steps: int,
+                 cfg: ExperimentConfig) -> dict[str, Any]:
+    """train_return_mean, loss, epsilon, updates -- the native trainer's columns, from RLlib's results."""
+    nan = float("nan")
+    if result is None:
+        return {"train_return_mean": nan, "loss": nan, "epsilon": cfg.dqn.epsilon(env_steps), "updates": 0}
+    learners = result.get("learners", {})
+    modules = list(dict.fromkeys(module_of))
+    losses = [float(learners[m]["qf_loss"]) for m in modules if "qf_loss" in learners.get(m, {})]
+    trained = learners.get(modules[0], {}).get("num_module_steps_trained_lifetime", 0)
+    ret = result.get("env_runners", {}).get("episode_return_mean", nan)
+    return {
+        "train_return_mean": float(ret) if ret is not None else nan,
+        "loss": float(np.mean(losses)) if losses else nan,
+        "epsilon": cfg.dqn.epsilon(env_steps),
+        "updates": int(round(float(trained) / max(batch, 1))) if not math.isnan(float(trained)) else 0,
+    }
+
+
+def _relay_stats(result: dict[str, Any] | None, module_of: list[str], team: str) -> dict[str, Any]:
+    """fraction_shared_mean / fraction_shared_<module> / relayed_rows_total (the native column names).
+
+    As the native trainer, a single policy (parameter sharing, or one learner) is named after the team.
+    """
+    stats = (result or {}).get("suPER", {})
+    modules = list(dict.fromkeys(module_of))
+    names = modules if len(modules) > 1 else [team]
+    row: dict[str, Any] = {"fraction_shared_mean": float(stats.get("fraction_shared_mean", 0.0))}
+    row.update({f"fraction_shared_{n}": float(stats.get(f"fraction_shared_{m}", 0.0)) for n, m in zip(names, modules)})
+    row["relayed_rows_total"] = int(stats.get("relayed_rows_lifetime", 0))
+    return row
