@@ -211,16 +211,8 @@ def _trainer(backend: str) -> Any:
     return native_train
 
 
-def legacy_settings(mode: str | None) -> dict[str, Any]:
-    """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14)."""
-    settings: dict[str, Any] = {
-        "env.truncation_is_terminal": True,   # item 6: horizon truncation stored as done=True
-        "relay.insertion_priority": "legacy",  # items 7/8: RLlib 2.1 first-row priorities
-        "env.eval_seed_offset": 0,            # item 17: evaluation env seeded like the training env
-    }
-    if mode in (None, "gaussian", "gaussian_variance"):
-        settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
-    return settings
+legacy_settings = C.legacy_settings
+"""What ``--legacy`` switches on (kept here for callers of the CLI module)."""
 
 
 def _quick_profile(env: str) -> dict[str, Any]:
@@ -334,6 +326,94 @@ def envs() -> None:
                       f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
                       str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"])
     Console().print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# grid: campaigns from grid files (suPER/campaigns.py)
+
+grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
+                       "(experiments/paper_grid.yaml, bandwidth_sweep.yaml, smoke.yaml).")
+app.add_typer(grid_app, name="grid")
+
+FilterOpt = Annotated[list[str] | None, typer.Option(
+    "--filter", help="select runs: KEY=GLOB with KEY env|algo|name|run|seed|tag|status, or a bare GLOB on the "
+    "entry name / run folder; repeat to AND, comma-separate globs to OR")]
+SeedsOpt = Annotated[str | None, typer.Option(help="seeds for every entry: a count (5 -> 1..5) or a list 1,2,3")]
+
+
+def _load_grid(file: Path, seeds: str | None, filters: list[str] | None) -> tuple[Any, list[Any]]:
+    from suPER import campaigns
+
+    grid = campaigns.load_grid(file, seeds=seeds)
+    for f in filters or []:
+        campaigns.parse_filter(f)  # reject unknown filter keys before selecting
+    return grid, grid.select(filters or [])
+
+
+@grid_app.command("list")
+def grid_list(
+    file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
+    filter_: FilterOpt = None,
+    seeds: SeedsOpt = None,
+    out: Annotated[Path | None, typer.Option(help="campaign folder to read run statuses from "
+                                                  "(default runs/<grid name>)")] = None,
+    format_: Annotated[str, typer.Option("--format", help="table | cli (train arguments, one run per line) | "
+                                                          "names (run folders) | json")] = "table",
+) -> None:
+    """Show the runs a grid file expands to (entries x sweep points x seeds) and their status."""
+    import json
+
+    from suPER import runs
+
+    grid, selected = _load_grid(file, seeds, filter_)
+    out = out or grid.default_out
+    if format_ == "cli":
+        import shlex
+
+        for r in selected:
+            if not r.pending:
+                print(shlex.join(r.cli_args()))
+        return
+    if format_ == "names":
+        print("\n".join(r.run_name for r in selected if not r.pending))
+        return
+    if format_ == "json":
+        print(json.dumps([{**r.as_dict(), "run_name": r.run_name, "cli": None if r.pending else r.cli_args()}
+                          for r in selected], indent=1))
+        return
+    if format_ != "table":
+        raise UserError(f"--format: expected table, cli, names or json, got {format_!r}")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{grid.name}: {file}", title_justify="left")
+    for col in ("entry", "env", "algo", "seed", "run folder", "status", "flags"):
+        table.add_column(col, overflow="fold")
+    pairs = {id(r): _flag_pairs(r.cli_args()[6:]) for r in selected}
+    common = set.intersection(*(set(p) for p in pairs.values())) if pairs else set()
+    counts: dict[str, int] = {}
+    for r in selected:
+        status = "pending" if r.pending else (runs.RunFolder(out / r.run_name).status() or "-")
+        counts[status] = counts.get(status, 0) + 1
+        flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
+        table.add_row(r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags)
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    if common:
+        console.print("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+
+
+def _flag_pairs(args: list[str]) -> list[str]:
+    """``["--set", "a=1", "--super"]`` -> ``["--set a=1", "--super"]`` (one item per flag)."""
+    out: list[str] = []
+    for a in args:
+        if a.startswith("--") or not out:
+            out.append(a)
+        else:
+            out[-1] += f" {a}"
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
