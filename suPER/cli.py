@@ -155,7 +155,8 @@ def train(
     quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
     out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
     tag: Annotated[str, typer.Option(help="label appended to the run name")] = "",
-    overwrite: Annotated[bool, typer.Option(help="replace a finished run of the same name")] = False,
+    overwrite: Annotated[bool, typer.Option(help="start over in a folder that holds a finished or unfinished run "
+                                                    "(without it a finished run is refused and an unfinished one resumed)")] = False,
     device: Annotated[str, typer.Option(help="cpu | cuda | auto")] = "auto",
     threads: Annotated[int, typer.Option(help="torch threads (0 = torch default)")] = 1,
     wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="log to Weights & Biases")] = False,
@@ -200,15 +201,12 @@ BACKENDS = ("native", "rllib")
 
 def _trainer(backend: str) -> Any:
     """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend (imported lazily)."""
-    if backend == "rllib":
-        try:
-            from suPER.core.rllib_runner import train_rllib
-        except ImportError as exc:
-            raise UserError(f"--backend rllib: not available in this version ({exc})") from exc
-        return train_rllib
-    from suPER.native.dqn import train as native_train
+    from suPER.campaigns import trainer_for
 
-    return native_train
+    try:
+        return trainer_for(backend)
+    except C.ConfigError as exc:
+        raise UserError(str(exc)) from exc
 
 
 legacy_settings = C.legacy_settings
@@ -223,50 +221,36 @@ def _quick_profile(env: str) -> dict[str, Any]:
 
 
 def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native") -> None:
-    """Prepare the run folder, write config + manifest, train, plot, finalise the manifest."""
-    import time
-
+    """Train one run into its folder (``campaigns.execute``: fresh, resumed if unfinished, or refused)."""
     from rich.console import Console
 
-    from suPER import runs
-    from suPER.plotting import plot_curve
+    from suPER import campaigns
 
     console = Console(stderr=True)
-    train_fn = _trainer(backend)  # before touching the disk: an unavailable backend writes nothing
-    folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
-    if overwrite and folder.metrics.exists():
-        folder.metrics.unlink()
-    runs.atomic_write_json(folder.config, cfg.to_dict())
-    manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
-                                                     "backend": backend})
-    runs.atomic_write_json(folder.manifest, manifest)
-    logger: runs.Logger = runs.NoLogger()
-    if cfg.run.wandb:
-        logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
-                                  cfg.to_dict(), mode=cfg.run.wandb_mode, tags=[cfg.run.tag] if cfg.run.tag else None)
-    console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
-                  f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
-                  f"{cfg.run.num_timesteps} env steps -> {folder.path}")
-    status = runs.FAILED
+    _trainer(backend)  # an unavailable backend is a one-line error before anything is written
+
+    bar = _progress_bar(cfg, console)
+    update: list[Any] = [None]  # the bar's update function, once the run folder is ready
+
+    def on_start(folder: Any, resumed: bool) -> None:
+        what = "resuming" if resumed else "->"
+        console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
+                      f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
+                      f"{cfg.run.num_timesteps} env steps {what} {folder.path}")
+        update[0] = bar.__enter__()
+
+    def on_progress(env_steps: int, stats: dict[str, float]) -> None:
+        if update[0] is not None:
+            update[0](env_steps, stats)
+
     try:
-        with _progress_bar(cfg, console) as on_progress:
-            summary = train_fn(cfg, folder, logger=logger, progress=on_progress)
-        status = runs.FINISHED
-    except KeyboardInterrupt:
-        status = runs.INTERRUPTED
-        raise
+        summary = campaigns.execute(cfg, overwrite=overwrite, backend=backend, progress=on_progress,
+                                    on_start=on_start)
     finally:
-        logger.close()
-        manifest.update(status=status, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        runs.atomic_write_json(folder.manifest, manifest)
-    manifest.update(env_steps=summary.env_steps, final_team_return=summary.final_team_return,
-                    env_steps_per_sec=summary.env_steps_per_sec, wall_time_s=summary.wall_time_s,
-                    timings_s=summary.timings)
-    runs.atomic_write_json(folder.manifest, manifest)
-    plot_curve([folder.path], folder.curve, title=cfg.run_name)
+        bar.__exit__()
     print(f"final team return {summary.final_team_return:.3f} after {summary.env_steps} env steps "
           f"({summary.env_steps_per_sec:.0f} env steps/s training)")
-    print(f"curve: {folder.curve}")
+    print(f"curve: {summary.run_dir / 'curve.png'}")
 
 
 class _progress_bar:

@@ -429,6 +429,19 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
     return cfg.validate()
 
 
+VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
+                     "checkpoint_replay")
+"""``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
+
+
+def without_volatile(config: dict[str, Any]) -> dict[str, Any]:
+    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for k in VOLATILE_RUN_KEYS:
+        out.get("run", {}).pop(k, None)
+    return out
+
+
 def load_json(path: Path) -> ExperimentConfig:
     """Load a run's ``config.json``."""
     return from_dict(json.loads(Path(path).read_text()))
