@@ -155,7 +155,8 @@ def train(
     quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
     out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
     tag: Annotated[str, typer.Option(help="label appended to the run name")] = "",
-    overwrite: Annotated[bool, typer.Option(help="replace a finished run of the same name")] = False,
+    overwrite: Annotated[bool, typer.Option(help="start over in a folder that holds a finished or unfinished run "
+                                                    "(without it a finished run is refused and an unfinished one resumed)")] = False,
     device: Annotated[str, typer.Option(help="cpu | cuda | auto")] = "auto",
     threads: Annotated[int, typer.Option(help="torch threads (0 = torch default)")] = 1,
     wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="log to Weights & Biases")] = False,
@@ -200,27 +201,16 @@ BACKENDS = ("native", "rllib")
 
 def _trainer(backend: str) -> Any:
     """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend (imported lazily)."""
-    if backend == "rllib":
-        try:
-            from suPER.core.rllib_runner import train_rllib
-        except ImportError as exc:
-            raise UserError(f"--backend rllib: not available in this version ({exc})") from exc
-        return train_rllib
-    from suPER.native.dqn import train as native_train
+    from suPER.campaigns import trainer_for
 
-    return native_train
+    try:
+        return trainer_for(backend)
+    except C.ConfigError as exc:
+        raise UserError(str(exc)) from exc
 
 
-def legacy_settings(mode: str | None) -> dict[str, Any]:
-    """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14)."""
-    settings: dict[str, Any] = {
-        "env.truncation_is_terminal": True,   # item 6: horizon truncation stored as done=True
-        "relay.insertion_priority": "legacy",  # items 7/8: RLlib 2.1 first-row priorities
-        "env.eval_seed_offset": 0,            # item 17: evaluation env seeded like the training env
-    }
-    if mode in (None, "gaussian", "gaussian_variance"):
-        settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
-    return settings
+legacy_settings = C.legacy_settings
+"""What ``--legacy`` switches on (kept here for callers of the CLI module)."""
 
 
 def _quick_profile(env: str) -> dict[str, Any]:
@@ -231,50 +221,36 @@ def _quick_profile(env: str) -> dict[str, Any]:
 
 
 def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native") -> None:
-    """Prepare the run folder, write config + manifest, train, plot, finalise the manifest."""
-    import time
-
+    """Train one run into its folder (``campaigns.execute``: fresh, resumed if unfinished, or refused)."""
     from rich.console import Console
 
-    from suPER import runs
-    from suPER.plotting import plot_curve
+    from suPER import campaigns
 
     console = Console(stderr=True)
-    train_fn = _trainer(backend)  # before touching the disk: an unavailable backend writes nothing
-    folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
-    if overwrite and folder.metrics.exists():
-        folder.metrics.unlink()
-    runs.atomic_write_json(folder.config, cfg.to_dict())
-    manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
-                                                     "backend": backend})
-    runs.atomic_write_json(folder.manifest, manifest)
-    logger: runs.Logger = runs.NoLogger()
-    if cfg.run.wandb:
-        logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
-                                  cfg.to_dict(), mode=cfg.run.wandb_mode, tags=[cfg.run.tag] if cfg.run.tag else None)
-    console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
-                  f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
-                  f"{cfg.run.num_timesteps} env steps -> {folder.path}")
-    status = runs.FAILED
+    _trainer(backend)  # an unavailable backend is a one-line error before anything is written
+
+    bar = _progress_bar(cfg, console)
+    update: list[Any] = [None]  # the bar's update function, once the run folder is ready
+
+    def on_start(folder: Any, resumed: bool) -> None:
+        what = "resuming" if resumed else "->"
+        console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
+                      f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
+                      f"{cfg.run.num_timesteps} env steps {what} {folder.path}")
+        update[0] = bar.__enter__()
+
+    def on_progress(env_steps: int, stats: dict[str, float]) -> None:
+        if update[0] is not None:
+            update[0](env_steps, stats)
+
     try:
-        with _progress_bar(cfg, console) as on_progress:
-            summary = train_fn(cfg, folder, logger=logger, progress=on_progress)
-        status = runs.FINISHED
-    except KeyboardInterrupt:
-        status = runs.INTERRUPTED
-        raise
+        summary = campaigns.execute(cfg, overwrite=overwrite, backend=backend, progress=on_progress,
+                                    on_start=on_start)
     finally:
-        logger.close()
-        manifest.update(status=status, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        runs.atomic_write_json(folder.manifest, manifest)
-    manifest.update(env_steps=summary.env_steps, final_team_return=summary.final_team_return,
-                    env_steps_per_sec=summary.env_steps_per_sec, wall_time_s=summary.wall_time_s,
-                    timings_s=summary.timings)
-    runs.atomic_write_json(folder.manifest, manifest)
-    plot_curve([folder.path], folder.curve, title=cfg.run_name)
+        bar.__exit__()
     print(f"final team return {summary.final_team_return:.3f} after {summary.env_steps} env steps "
           f"({summary.env_steps_per_sec:.0f} env steps/s training)")
-    print(f"curve: {folder.curve}")
+    print(f"curve: {summary.run_dir / 'curve.png'}")
 
 
 class _progress_bar:
@@ -334,6 +310,94 @@ def envs() -> None:
                       f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
                       str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"])
     Console().print(table)
+
+
+# --------------------------------------------------------------------------------------------------
+# grid: campaigns from grid files (suPER/campaigns.py)
+
+grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
+                       "(experiments/paper_grid.yaml, bandwidth_sweep.yaml, smoke.yaml).")
+app.add_typer(grid_app, name="grid")
+
+FilterOpt = Annotated[list[str] | None, typer.Option(
+    "--filter", help="select runs: KEY=GLOB with KEY env|algo|name|run|seed|tag|status, or a bare GLOB on the "
+    "entry name / run folder; repeat to AND, comma-separate globs to OR")]
+SeedsOpt = Annotated[str | None, typer.Option(help="seeds for every entry: a count (5 -> 1..5) or a list 1,2,3")]
+
+
+def _load_grid(file: Path, seeds: str | None, filters: list[str] | None) -> tuple[Any, list[Any]]:
+    from suPER import campaigns
+
+    grid = campaigns.load_grid(file, seeds=seeds)
+    for f in filters or []:
+        campaigns.parse_filter(f)  # reject unknown filter keys before selecting
+    return grid, grid.select(filters or [])
+
+
+@grid_app.command("list")
+def grid_list(
+    file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
+    filter_: FilterOpt = None,
+    seeds: SeedsOpt = None,
+    out: Annotated[Path | None, typer.Option(help="campaign folder to read run statuses from "
+                                                  "(default runs/<grid name>)")] = None,
+    format_: Annotated[str, typer.Option("--format", help="table | cli (train arguments, one run per line) | "
+                                                          "names (run folders) | json")] = "table",
+) -> None:
+    """Show the runs a grid file expands to (entries x sweep points x seeds) and their status."""
+    import json
+
+    from suPER import runs
+
+    grid, selected = _load_grid(file, seeds, filter_)
+    out = out or grid.default_out
+    if format_ == "cli":
+        import shlex
+
+        for r in selected:
+            if not r.pending:
+                print(shlex.join(r.cli_args()))
+        return
+    if format_ == "names":
+        print("\n".join(r.run_name for r in selected if not r.pending))
+        return
+    if format_ == "json":
+        print(json.dumps([{**r.as_dict(), "run_name": r.run_name, "cli": None if r.pending else r.cli_args()}
+                          for r in selected], indent=1))
+        return
+    if format_ != "table":
+        raise UserError(f"--format: expected table, cli, names or json, got {format_!r}")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{grid.name}: {file}", title_justify="left")
+    for col in ("entry", "env", "algo", "seed", "run folder", "status", "flags"):
+        table.add_column(col, overflow="fold")
+    pairs = {id(r): _flag_pairs(r.cli_args()[6:]) for r in selected}
+    common = set.intersection(*(set(p) for p in pairs.values())) if pairs else set()
+    counts: dict[str, int] = {}
+    for r in selected:
+        status = "pending" if r.pending else (runs.RunFolder(out / r.run_name).status() or "-")
+        counts[status] = counts.get(status, 0) + 1
+        flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
+        table.add_row(r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags)
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    if common:
+        console.print("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+
+
+def _flag_pairs(args: list[str]) -> list[str]:
+    """``["--set", "a=1", "--super"]`` -> ``["--set a=1", "--super"]`` (one item per flag)."""
+    out: list[str] = []
+    for a in args:
+        if a.startswith("--") or not out:
+            out.append(a)
+        else:
+            out[-1] += f" {a}"
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -164,6 +164,10 @@ class RunConfig:
     """offline writes under the run folder; online needs WANDB_API_KEY"""
     progress: bool = True
     """show a progress bar"""
+    checkpoint_replay: bool = True
+    """include the replay buffers in the checkpoint written at every evaluation, so a resumed run continues
+    with the same buffers (large: up to ~0.3 GB for pursuit, ~1.8 GB for battle at full capacity). false
+    keeps checkpoints small; a resumed run then refills its buffers for dqn.learning_starts steps before learning"""
 
     @property
     def resolved_eval_interval(self) -> int:
@@ -243,6 +247,42 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {
     "ddqn": {"dqn.double_q": True, "dqn.dueling": True},
 }
 """Overrides each algorithm key implies (the paper's DQN vs dueling double DQN)."""
+
+
+FLAG_KEYS: dict[str, str] = {
+    "num_timesteps": "run.num_timesteps", "eval_interval": "run.eval_interval",
+    "eval_episodes": "run.eval_episodes", "tag": "run.tag", "device": "run.device", "threads": "run.threads",
+    "wandb": "run.wandb", "wandb_project": "run.wandb_project", "wandb_group": "run.wandb_group",
+    "wandb_mode": "run.wandb_mode",
+    "parameter_sharing": "dqn.parameter_sharing", "lr": "dqn.lr", "buffer_size": "dqn.buffer_size",
+    "model": "dqn.model",
+    "super": "relay.enabled", "super_mode": "relay.mode", "bandwidth": "relay.bandwidth", "window": "relay.window",
+    "team": "relay.team", "insertion_priority": "relay.insertion_priority",
+    "opponent": "env.opponent",
+}
+"""``super-marl train`` named flags (option name with ``_``) -> the dotted config key each one sets.
+
+Grid files (``experiments/*grid*.yaml``) use the same names, so a grid entry reads like a command line.
+"""
+
+
+def legacy_settings(mode: str | None) -> dict[str, Any]:
+    """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14).
+
+    Args:
+        mode: the ``--super-mode`` given on the command line (None when not given).
+
+    Returns:
+        Dotted overrides.
+    """
+    settings: dict[str, Any] = {
+        "env.truncation_is_terminal": True,   # item 6: horizon truncation stored as done=True
+        "relay.insertion_priority": "legacy",  # items 7/8: RLlib 2.1 first-row priorities
+        "env.eval_seed_offset": 0,            # item 17: evaluation env seeded like the training env
+    }
+    if mode in (None, "gaussian", "gaussian_variance"):
+        settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
+    return settings
 
 
 def _literal_values(cls: type, name: str) -> tuple[str, ...]:
@@ -387,6 +427,19 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
     cfg = ExperimentConfig()
     apply_overrides(cfg, flatten(data), source="config.json")
     return cfg.validate()
+
+
+VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
+                     "checkpoint_replay")
+"""``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
+
+
+def without_volatile(config: dict[str, Any]) -> dict[str, Any]:
+    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for k in VOLATILE_RUN_KEYS:
+        out.get("run", {}).pop(k, None)
+    return out
 
 
 def load_json(path: Path) -> ExperimentConfig:

@@ -290,7 +290,8 @@ class WandbLogger:
     """
 
     def __init__(self, run_dir: Path, project: str, group: str, name: str, config: Mapping[str, Any],
-                 mode: str = "offline", tags: list[str] | None = None) -> None:
+                 mode: str = "offline", tags: list[str] | None = None, run_id: str | None = None) -> None:
+        """Start (or, with the ``run_id`` of an earlier session, continue) a W&B run."""
         if mode == "online" and not os.environ.get("WANDB_API_KEY"):
             raise RunFolderError("--wandb-mode online: set WANDB_API_KEY in the environment (or use offline)")
         import wandb  # lazy: optional at runtime
@@ -298,7 +299,8 @@ class WandbLogger:
         self._wandb = wandb
         self.run = wandb.init(project=project, group=group or None, name=name, config=dict(config),
                               dir=str(run_dir), mode=mode,  # type: ignore[arg-type]
-                              tags=tags or None, reinit="finish_previous")
+                              tags=tags or None, reinit="finish_previous", id=run_id,
+                              resume="allow" if run_id else None)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Log at env-step ``step``."""
@@ -331,6 +333,9 @@ class CSVMetrics:
         if not self.columns:
             self.columns = list(row.keys())
         self.rows.append({k: row.get(k, "") for k in self.columns})
+        self._write()
+
+    def _write(self) -> None:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore")
         writer.writeheader()
@@ -339,8 +344,11 @@ class CSVMetrics:
         atomic_write_text(self.path, buf.getvalue())
 
     def truncate_after(self, env_steps: int) -> None:
-        """Drop rows logged after ``env_steps`` (used when resuming from an earlier checkpoint)."""
-        self.rows = [r for r in self.rows if int(float(r["env_steps"])) <= env_steps]
+        """Drop rows logged after ``env_steps`` (used when resuming from an earlier checkpoint); rewrites the file."""
+        kept = [r for r in self.rows if int(float(r["env_steps"])) <= env_steps]
+        if len(kept) != len(self.rows):
+            self.rows = kept
+            self._write()
 
 
 def _fmt(v: Any) -> Any:

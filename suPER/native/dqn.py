@@ -1,8 +1,21 @@
 """Independent (double/dueling) DQN for N learners, batched across agents, with optional SUPER relay.
 
-Read top to bottom: seed -> envs -> nets -> buffers -> relay -> loop -> save. One loop iteration is
-one rollout fragment of ``rollout_fragment_length`` env steps, in the original's order (REFERENCE
-1.3): act, step, record (for each env step), then store, relay, learn, sync target, evaluate/log.
+Read top to bottom: seed -> envs -> nets -> buffers -> relay -> resume -> loop -> save. One loop
+iteration is one rollout fragment of ``rollout_fragment_length`` env steps, in the original's order
+(REFERENCE 1.3): act, step, record (for each env step), then store, relay, learn, sync target,
+evaluate/log, checkpoint.
+
+Checkpoints and resume: at the end of every fragment in which an evaluation ran (and after the step-0
+evaluation) the trainer writes ``checkpoints/latest.pt`` atomically: networks, target, optimizer, the
+replay buffers (unless ``run.checkpoint_replay`` is false), the numpy generators of exploration, replay
+sampling and the relay, torch's RNG, the relay windows, counters and the evaluation bookkeeping. When
+the run folder already holds ``latest.pt``, ``train`` continues from it: metrics.csv rows logged after
+the checkpoint are dropped and training resumes at the checkpoint's env step. Callers decide whether a
+folder is resumed (``suPER.campaigns.execute`` removes ``latest.pt`` for a fresh start).
+Not restored: the environments' internal state. The training episode in progress at the checkpoint
+is abandoned and both envs are reset with seeds derived from (seed, env_steps), so a resumed run is a
+valid continuation with the same budget, evaluation schedule and update count, but not bit-identical
+to an uninterrupted run.
 
 All N learners' Q-networks are one ``BatchedQNet`` (P = N policies, or P = 1 with parameter
 sharing), so acting, TD computation and the update are one batched call each. Replay is one
@@ -28,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suPER.config import ExperimentConfig
+from suPER.config import ExperimentConfig, without_volatile
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
 from suPER.envs import make_env
 from suPER.evaluation import evaluate
@@ -44,6 +57,9 @@ from suPER.runs import (
     namespaced_metrics,
     seed_everything,
 )
+
+CHECKPOINT_VERSION = 1
+"""Format version of ``checkpoints/latest.pt``; a different version is refused on resume."""
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 """Called after every fragment with (env_steps, latest stats) - the CLI draws its progress bar with it."""
@@ -162,10 +178,12 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- bookkeeping
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
+    latest = folder.checkpoints / "latest.pt"
     metrics = CSVMetrics(folder.metrics)
     eval_every = run.resolved_eval_interval
     timer = Timer()
-    env_steps, updates, last_target_sync = 0, 0, 0
+    env_steps, updates, last_target_sync, next_eval = 0, 0, 0, eval_every
+    learn_after = d.learning_starts  # updates run while env_steps > learn_after (raised on resume without replay)
     train_returns: deque[float] = deque(maxlen=20)
     losses: list[float] = []
     relay_fraction: list[np.ndarray] = []
@@ -174,9 +192,15 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     ep_return_N = np.zeros(n_agents)
     T = d.rollout_fragment_length
     frag = Fragment.empty(T, n_agents, obs_shape)
+    checkpoint_due = False
+
+    def overhead() -> float:
+        """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
+        return timer.total.get("eval", 0.0) + timer.total.get("checkpoint", 0.0)
 
     def do_eval() -> None:
-        nonlocal last_eval
+        nonlocal last_eval, checkpoint_due
+        checkpoint_due = True
         with timer("eval"):
             res = evaluate(eval_env, lambda o, a: greedy(o), run.eval_episodes)
         elapsed = time.perf_counter() - t_start
@@ -186,7 +210,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             "loss": float(np.mean(losses)) if losses else float("nan"),
             "epsilon": d.epsilon(env_steps),
             "updates": updates,
-            "env_steps_per_sec": env_steps / max(elapsed - timer.total.get("eval", 0.0), 1e-9),
+            "env_steps_per_sec": env_steps / max(elapsed - overhead(), 1e-9),
             "wall_time_s": elapsed,
         })
         if relay is not None:
@@ -200,11 +224,61 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         relay_fraction.clear()
         last_eval = row
 
+    def checkpoint() -> None:
+        """Write latest.pt with everything the loop needs to continue (atomically)."""
+        nonlocal checkpoint_due
+        state = {
+            "version": CHECKPOINT_VERSION, "config": cfg.to_dict(),
+            "env_steps": env_steps, "updates": updates, "last_target_sync": last_target_sync,
+            "next_eval": next_eval, "learn_after": learn_after,
+            "q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
+            "replay": buffer.state_dict(copy=False) if run.checkpoint_replay else None,
+            "rng": {"explore": rng.bit_generator.state, "replay": buffer.rng.bit_generator.state,
+                    "torch": torch.get_rng_state()},
+            "relay": relay.state_dict() if relay is not None else None,
+            "relay_received": relay_received, "relay_fraction": list(relay_fraction),
+            "train_returns": list(train_returns), "losses": list(losses), "last_eval": last_eval,
+            "timings": dict(timer.total), "elapsed_s": time.perf_counter() - t_start,
+        }
+        with timer("checkpoint"):
+            atomic_write_bytes(latest, lambda p: torch.save(to_torch(state), p))
+        checkpoint_due = False
+
+    # ---- resume: continue from this folder's latest checkpoint, if there is one
+    if latest.exists():
+        state = load_checkpoint(latest, cfg)
+        env_steps, updates, last_target_sync = state["env_steps"], state["updates"], state["last_target_sync"]
+        next_eval, learn_after = state["next_eval"], state["learn_after"]
+        q_net.load_state_dict(state["q_net"])
+        target_net.load_state_dict(state["target_net"])
+        optimizer.load_state_dict(state["optimizer"])
+        if state["replay"] is not None:
+            buffer.load_state_dict(state["replay"])
+        else:  # refill the empty buffers before learning again
+            learn_after = env_steps + d.learning_starts
+        rng.bit_generator.state = state["rng"]["explore"]
+        buffer.rng.bit_generator.state = state["rng"]["replay"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if relay is not None and state["relay"] is not None:
+            relay.load_state_dict(state["relay"])
+        relay_received[:] = state["relay_received"]
+        relay_fraction[:] = list(state["relay_fraction"])
+        train_returns.extend(state["train_returns"])
+        losses[:] = state["losses"]
+        last_eval = dict(state["last_eval"])
+        timer.total.update(state["timings"])
+        t_start -= state["elapsed_s"]
+        metrics.truncate_after(env_steps)  # rows logged after the checkpoint are logged again below
+        # the envs' internal state is not checkpointed: start fresh episodes from seeds tied to env_steps
+        eval_env.reset(seed=eval_seed + env_steps)
+        obs_NO = env.reset(seed=seed + cfg.env.seed_offset + env_steps)
+    else:
+        obs_NO = env.reset(seed=seed + cfg.env.seed_offset)
+        do_eval()  # step 0: the untrained greedy policy
+        checkpoint()
+
     # ---- loop: one iteration = one rollout fragment
-    obs_NO = env.reset(seed=seed + cfg.env.seed_offset)
     alive_N = np.ones(n_agents, dtype=bool)
-    do_eval()  # step 0: the untrained greedy policy
-    next_eval = eval_every
     while env_steps < run.num_timesteps:
         frag.valid_TN[:] = False
         for t in range(T):
@@ -253,7 +327,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 relay_received += plan.received_N
 
         # learn: one gradient step of every policy on its own prioritized batch
-        if env_steps > d.learning_starts:
+        if env_steps > learn_after:
             with timer("learn"):
                 b = buffer.sample(batch_per_policy)
                 td, _ = td_and_q(b.obs, b.actions, b.rewards, b.next_obs, b.dones)
@@ -271,6 +345,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 target_net.load_state_dict(q_net.state_dict())
                 last_target_sync = env_steps
 
+        # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
+        if checkpoint_due:
+            checkpoint()
+
         if progress is not None:
             progress(env_steps, {"team_return": last_eval.get("team_return_mean", float("nan")),
                                  "train_return": float(np.mean(train_returns)) if train_returns else float("nan")})
@@ -278,11 +356,12 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     # ---- final evaluation and save
     if last_eval.get("env_steps") != env_steps:
         do_eval()
+        checkpoint()
     save_checkpoint(folder.checkpoints / "final.pt", q_net, target_net, optimizer, env_steps, updates, cfg)
     env.close()
     eval_env.close()
     wall = time.perf_counter() - t_start
-    train_time = wall - timer.total.get("eval", 0.0)
+    train_time = wall - overhead()
     return Summary(folder.path, env_steps, float(last_eval["team_return_mean"]), env_steps / max(train_time, 1e-9),
                    wall, dict(timer.total))
 
@@ -350,3 +429,44 @@ def save_checkpoint(path: Path, q_net: BatchedQNet, target_net: BatchedQNet, opt
     state = {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
              "env_steps": env_steps, "updates": updates, "config": cfg.to_dict()}
     atomic_write_bytes(path, lambda p: torch.save(state, p))
+
+
+def load_checkpoint(path: Path, cfg: ExperimentConfig) -> dict[str, Any]:
+    """Read ``latest.pt`` for resuming ``cfg``; numpy state comes back as numpy arrays.
+
+    Raises:
+        ValueError: the checkpoint has another format version or was written for another configuration.
+    """
+    state = to_numpy(torch.load(path, map_location="cpu", weights_only=True), keep=("q_net", "target_net",
+                                                                                     "optimizer", "rng"))
+    if state.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"--out: {path} has checkpoint format {state.get('version')!r}, expected "
+                         f"{CHECKPOINT_VERSION}; pass --overwrite to start the run over")
+    if without_volatile(state["config"]) != without_volatile(cfg.to_dict()):
+        raise ValueError(f"--out: {path} was written by a different configuration; pass --overwrite to start the "
+                         f"run over, or use another --tag")
+    return state
+
+
+def to_torch(obj: Any) -> Any:
+    """numpy arrays -> tensors and numpy scalars -> Python numbers, recursively (for ``weights_only`` loads)."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())  # (ascontiguousarray makes 0-d 1-d)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: to_torch(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_torch(v) for v in obj)
+    return obj
+
+
+def to_numpy(obj: Any, keep: tuple[str, ...] = ()) -> Any:
+    """Inverse of :func:`to_torch` (tensors -> numpy), leaving the top-level keys in ``keep`` as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numpy()
+    if isinstance(obj, dict):
+        return {k: v if k in keep else to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_numpy(v) for v in obj]
+    return obj

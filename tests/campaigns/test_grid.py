@@ -1,0 +1,187 @@
+"""Grid files: expansion of the paper grid, the sweep and the smoke grid; validation errors with file:line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suPER import campaigns as G
+from suPER import config as C
+
+EXP = C.EXPERIMENTS_DIR
+
+
+def test_paper_grid_expands_to_the_papers_runs() -> None:
+    grid = G.load_grid(EXP / "paper_grid.yaml")
+    runnable = [r for r in grid.runs if not r.pending]
+    pending = [r for r in grid.runs if r.pending]
+    assert len(runnable) == 3 * 2 * 6 * 5 and len(pending) == 3 * 3 * 5
+    assert {r.seed for r in grid.runs} == {1, 2, 3, 4, 5}
+    assert {(r.env, r.algo) for r in pending} == {(e, a) for e in C.ENV_NAMES for a in ("qmix", "maddpg", "seac")}
+    assert len({r.run_name for r in runnable}) == len(runnable)  # every run its own folder
+    by_env: dict[str, set[tuple[Any, ...]]] = {}
+    for r in runnable:
+        cfg = r.config()
+        by_env.setdefault(r.env, set()).add((r.algo, cfg.relay.enabled, cfg.relay.mode if cfg.relay.enabled else None,
+                                            cfg.relay.bandwidth if cfg.relay.enabled else None,
+                                            cfg.dqn.parameter_sharing))
+        assert cfg.run.seed == r.seed and cfg.env.name == r.env
+    expected = {(algo, False, None, None, False) for algo in ("ddqn", "dqn")}
+    expected |= {(algo, True, m, 0.1, False) for algo in ("ddqn", "dqn") for m in ("quantile", "gaussian", "stochastic")}
+    expected |= {(algo, True, "gaussian", 1.0, False) for algo in ("ddqn", "dqn")}
+    expected |= {(algo, False, None, None, True) for algo in ("ddqn", "dqn")}
+    assert by_env == {env: expected for env in C.ENV_NAMES}
+    # DDQN = dueling double; DQN = neither, as the paper's *_plaindqn
+    ddqn = next(r for r in runnable if r.algo == "ddqn").config()
+    dqn = next(r for r in runnable if r.algo == "dqn").config()
+    assert (ddqn.dqn.double_q, ddqn.dqn.dueling, dqn.dqn.double_q, dqn.dqn.dueling) == (True, True, False, False)
+    assert {r.config().relay.team for r in runnable if r.env == "battle"} == {"blue"}
+
+
+def test_seeds_override_and_filters() -> None:
+    grid = G.load_grid(EXP / "paper_grid.yaml", seeds=3)
+    assert {r.seed for r in grid.runs} == {1, 2, 3}
+    assert {r.seed for r in G.load_grid(EXP / "paper_grid.yaml", seeds="4,7").runs} == {4, 7}
+    sel = grid.select(["env=pursuit", "algo=dqn", "*quantile*"])
+    assert [r.run_name for r in sel] == [f"pursuit__dqn_super_quantile__s{s}" for s in (1, 2, 3)]
+    assert {r.env for r in grid.select(["env=battle,adversarial_pursuit"])} == {"battle", "adversarial_pursuit"}
+    assert all(r.pending for r in grid.select(["status=pending"]))
+    with pytest.raises(G.GridError, match="--filter"):
+        grid.select(["colour=red"])
+
+
+def test_smoke_grid_is_the_paper_grid_at_a_tiny_budget() -> None:
+    paper = G.load_grid(EXP / "paper_grid.yaml")
+    smoke = G.load_grid(EXP / "smoke.yaml")
+    assert smoke.name == "smoke" and {r.seed for r in smoke.runs} == {1}
+    assert [r.entry for r in smoke.runs] == [r.entry for r in paper.runs if r.seed == 1]
+    for r in smoke.runs:
+        if not r.pending:
+            cfg = r.config()
+            assert cfg.run.num_timesteps <= 300 and cfg.run.eval_episodes == 1 and cfg.dqn.model == "mlp"
+
+
+def test_bandwidth_sweep() -> None:
+    grid = G.load_grid(EXP / "bandwidth_sweep.yaml")
+    cfgs = [r.config() for r in grid.runs]
+    assert {c.env.name for c in cfgs} == {"pursuit"} and all(c.relay.enabled for c in cfgs)
+    bws = sorted({c.relay.bandwidth for c in cfgs})
+    assert bws[0] == 0.001 and bws[-1] == 1.0 and len(bws) >= 5
+    assert {c.relay.mode for c in cfgs} == {"quantile", "gaussian", "stochastic"}
+    assert len({c.run_name for c in cfgs}) == len(cfgs) == len(bws) * 3 * 5
+    assert grid.runs[0].entry == "pursuit-ddqn-super-quantile[bandwidth=0.001]"
+    assert grid.runs[0].run_name == "pursuit__ddqn_super_quantile__s1__bandwidth0.001"
+
+
+def test_every_run_is_the_same_config_as_its_train_command_line(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """A grid entry = a CLI invocation: `super-marl train <cli_args>` resolves to the identical config."""
+    from suPER import cli
+
+    seen: list[C.ExperimentConfig] = []
+    monkeypatch.setattr(cli, "_train_one", lambda cfg, *a, **k: seen.append(cfg))
+    for file in ("smoke.yaml", "bandwidth_sweep.yaml"):
+        for run in G.load_grid(EXP / file, seeds=1).runs:
+            if run.pending:
+                continue
+            seen.clear()
+            assert cli.main(["train", *run.cli_args(), "--out", str(tmp_path)]) == 0
+            assert len(seen) == 1
+            expected = run.config(out=tmp_path).to_dict()
+            got = seen[0].to_dict()
+            for key in ("progress",):  # interactive-only
+                expected["run"].pop(key), got["run"].pop(key)
+            assert got == expected, run.entry
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "grid.yaml"
+    p.write_text(text)
+    return p
+
+
+GOOD = "runs:\n  - {name: a, env: pursuit, algo: ddqn}\n"
+
+
+@pytest.mark.parametrize(("text", "line", "needle"), [
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\ncolour: red\n", 3, "unknown top-level key 'colour'"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - name: b\n    env: pursuit\n    algo: ddqn\n    bandwdith: 0.1\n",
+     6, "entry 'b': unknown key 'bandwdith' (did you mean 'bandwidth'?)"),
+    ("runs:\n  - {name: a, env: chess, algo: ddqn}\n", 2, "env: expected one of pursuit, battle, adversarial_pursuit"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - {name: a, env: battle, algo: ddqn}\n", 3,
+     "entry 'a': duplicate entry name (first at"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, bandwidth: high}\n", 2, "bandwidth: expected a number, got 'high'"),
+    ("runs:\n  - name: a\n    env: pursuit\n    algo: ddqn\n    num_timesteps: 1.5\n", 5,
+     "num_timesteps: expected an integer, got 1.5"),
+    ("runs:\n  - name: a\n    env: pursuit\n    algo: ddqn\n    set: {dqn.lrr: 0.1}\n", 5, "unknown key 'dqn.lrr'"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ppo}\n", 2, "unknown algo 'ppo'"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super: true, bandwidth: 2}\n", 2,
+     "entry 'a': --suPER_bandwidth: expected a number in [0, 1]"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - {name: b, env: pursuit, algo: ddqn}\n", 3,
+     "writes the same run folder 'pursuit__ddqn__s1' as entry 'a'"),
+    ("seeds: -1\n" + GOOD, 1, "seeds: expected a count >= 1"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - {name: a, env: pursuit, name: b}\n", 3, "duplicate key 'name'"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn\n", 3, ""),  # YAML syntax error
+    ("runs:\n  - just-a-string\n", 1, "runs[0]: expected a mapping"),
+    ("runs:\n  - {env: pursuit, algo: ddqn}\n", 2, "runs[0]: every entry needs a name"),
+    ("defaults: {eval_episodes: many}\n" + GOOD, 1, "defaults: eval_episodes: expected an integer"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super: true, sweep: {bandwidth: [0.1, x]}}\n", 2,
+     "sweep: bandwidth"),
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super_mode: median}\n", 2,
+     "super_mode: expected one of quantile, gaussian"),
+])
+def test_malformed_grid_names_file_line_and_problem(tmp_path: Path, text: str, line: int, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(G.GridError) as err:
+        G.load_grid(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}:"), msg
+    assert needle in msg, msg
+
+
+def test_pending_entries_are_listed_but_not_resolved(tmp_path: Path) -> None:
+    grid = G.load_grid(write(tmp_path, GOOD + "  - {name: q, env: battle, algo: qmix, pending: soon}\n"))
+    q = grid.runs[-1]
+    assert q.pending == "soon" and q.run_name == "battle__qmix__s5"
+    with pytest.raises(G.GridError, match="pending"):
+        q.config()
+
+
+def test_base_inheritance_and_env_defaults(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("seeds: [3]\ndefaults: {eval_episodes: 4, set: {dqn.gamma: 0.9}}\n" + GOOD)
+    child = tmp_path / "child.yaml"
+    child.write_text("base: base.yaml\ndefaults: {set: {dqn.lr: 0.01}}\n"
+                     "env_defaults: {pursuit: {eval_episodes: 2}}\n")
+    (run,) = G.load_grid(child).runs
+    cfg = run.config()
+    assert (run.seed, cfg.run.eval_episodes, cfg.dqn.gamma, cfg.dqn.lr) == (3, 2, 0.9, 0.01)
+    (tmp_path / "loop.yaml").write_text("base: loop.yaml\n" + GOOD)
+    with pytest.raises(G.GridError, match="includes itself"):
+        G.load_grid(tmp_path / "loop.yaml")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def test_grid_list_command(tmp_path: Path) -> None:
+    r = run_cli("grid", "list", str(EXP / "paper_grid.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
+                "--seeds", "2")
+    assert r.returncode == 0, r.stderr
+    assert "pursuit__ddqn_super_quantile__s2" in r.stdout and "battle" not in r.stdout
+    assert "12 runs of 90" in " ".join(r.stdout.split())
+    r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "run=pursuit__ddqn__s1", "--format", "cli")
+    assert r.returncode == 0 and r.stdout.startswith("--env pursuit --algo ddqn --seed 1 --num-timesteps 300")
+    bad = write(tmp_path, "runs:\n  - {name: a, env: chess, algo: ddqn}\n")
+    r = run_cli("grid", "list", str(bad))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {bad}:2:"), r.stderr
+    r = run_cli("grid", "list", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and "cannot read grid file" in r.stderr
