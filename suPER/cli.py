@@ -389,6 +389,42 @@ def grid_list(
     console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
 
 
+@grid_app.command("run")
+def grid_run(
+    file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
+    filter_: FilterOpt = None,
+    seeds: SeedsOpt = None,
+    out: Annotated[Path | None, typer.Option(help="campaign folder for the run folders (default runs/<grid name>)")] = None,
+    cpus_per_trial: Annotated[float, typer.Option("--cpus-per-trial", help="CPUs per run (= its torch threads)")] = 1.0,
+    gpus_per_trial: Annotated[float, typer.Option("--gpus-per-trial", help="GPUs per run (> 0: networks on CUDA)")] = 0.0,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS, else Ray "
+                                                     "starts embedded on this machine, loopback only)")] = None,
+    max_failures: Annotated[int, typer.Option("--max-failures", help="retries of a failing run (each resumes "
+                                                                     "from its checkpoint)")] = 1,
+) -> None:
+    """Run a grid through Ray Tune: one trial per run, all cores used, a live progress table.
+
+    Re-running the same command skips finished runs and resumes unfinished ones from their latest
+    checkpoint (after a crash, Ctrl-C or SIGKILL).
+    """
+    from suPER import campaigns
+
+    if cpus_per_trial <= 0 or gpus_per_trial < 0:
+        raise UserError(f"--cpus-per-trial / --gpus-per-trial: expected > 0 / >= 0, got {cpus_per_trial} / "
+                        f"{gpus_per_trial}")
+    grid, selected = _load_grid(file, seeds, filter_)
+    if not selected:
+        raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
+    out = out or grid.default_out
+    outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                                 address=address, max_failures=max_failures)
+    print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
+          f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
+    if outcome["failed"]:
+        print("re-run the same command to resume the failed runs from their checkpoints", file=sys.stderr)
+        raise typer.Exit(1)
+
+
 def _flag_pairs(args: list[str]) -> list[str]:
     """``["--set", "a=1", "--super"]`` -> ``["--set a=1", "--super"]`` (one item per flag)."""
     out: list[str] = []
