@@ -313,6 +313,96 @@ def envs() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# figures: plot (a campaign) and compare (any runs)
+
+SmoothOpt = Annotated[int, typer.Option(help="moving average over this many evaluations per run (1 = none)")]
+MetricOpt = Annotated[str, typer.Option(help="metrics.csv column to plot (default team_return_mean)")]
+LastOpt = Annotated[float, typer.Option("--last-fraction", help="fraction of each run's last evaluations "
+                                                                "that make its final score")]
+
+
+def _report(curves: list[Any], out: Path, metric: str, smooth: int, last_fraction: float, title: str) -> None:
+    from suPER import plotting
+
+    if not curves:
+        raise UserError(f"no runs with a {metric!r} column found")
+    if smooth < 1 or not 0 < last_fraction <= 1:
+        raise UserError(f"--smooth / --last-fraction: expected >= 1 / in (0, 1], got {smooth} / {last_fraction}")
+    paths = plotting.report(curves, out, metric=metric, smoothing=smooth, last_fraction=last_fraction, title=title)
+    print(paths["md"].read_text(), end="")
+    n_cfg = len({(c.env, c.label) for c in curves})
+    print(f"{len(curves)} runs, {n_cfg} configurations -> {paths['png']}, {paths['svg']}, {paths['md']}, "
+          f"{paths['csv']}")
+
+
+@app.command()
+def plot(
+    campaign_dir: Annotated[Path | None, typer.Argument(help="folder holding run folders (e.g. runs/paper)")] = None,
+    out: Annotated[Path | None, typer.Option(help="where figures and tables go (default CAMPAIGN_DIR/figures)")] = None,
+    smooth: SmoothOpt = 1,
+    metric: MetricOpt = "team_return_mean",
+    last_fraction: LastOpt = 0.1,
+    from_wandb: Annotated[str | None, typer.Option("--from-wandb", help="read runs of this W&B project instead "
+                                                                        "(online; needs WANDB_API_KEY)")] = None,
+    entity: Annotated[str | None, typer.Option(help="W&B entity of --from-wandb")] = None,
+    group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
+) -> None:
+    """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
+    configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
+    over the last 10% of evaluations with 95% bootstrap CIs) as markdown and CSV.
+    """
+    from suPER import plotting
+
+    if from_wandb:
+        if campaign_dir is None and out is None:
+            out = Path("runs") / "wandb" / from_wandb / "figures"
+        try:
+            curves = plotting.load_wandb_curves(from_wandb, entity=entity, metric=metric,
+                                                filters={"group": group} if group else None)
+        except Exception as exc:  # network, authentication or project errors from the W&B client
+            raise UserError(f"--from-wandb {from_wandb}: cannot read runs ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); W&B needs network access and "
+                            f"WANDB_API_KEY (or wandb login)") from exc
+        title = f"W&B {from_wandb}"
+    else:
+        if campaign_dir is None:
+            raise UserError("plot: expected CAMPAIGN_DIR (or --from-wandb PROJECT)")
+        if not campaign_dir.is_dir():
+            raise UserError(f"CAMPAIGN_DIR: {campaign_dir} is not a folder")
+        curves = plotting.load_run_curves(plotting.find_run_folders([campaign_dir]), metric=metric)
+        title = campaign_dir.resolve().name
+    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title)
+
+
+@app.command()
+def compare(
+    runs_: Annotated[list[str] | None, typer.Argument(metavar="RUNS...", help="run folders, campaign folders or "
+                                                                             "globs (quote them) of runs to compare")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="only runs with this --tag (repeatable); with no RUNS, "
+                                                       "searches --root")] = None,
+    root: Annotated[Path, typer.Option(help="where --tag looks when no RUNS are given")] = Path("runs"),
+    out: Annotated[Path, typer.Option(help="where the figure and table go")] = Path("runs/compare"),
+    smooth: SmoothOpt = 1,
+    metric: MetricOpt = "team_return_mean",
+    last_fraction: LastOpt = 0.1,
+) -> None:
+    """Compare any set of runs (e.g. a tweaked flag against a campaign) on one figure, same statistics as plot.
+
+    Example: super-marl compare 'runs/paper/pursuit__ddqn_super_quantile__s*' 'runs/*__bw005'
+    """
+    from suPER import plotting
+
+    if not runs_ and not tag:
+        raise UserError("compare: expected RUNS... (folders or globs) or --tag")
+    try:
+        folders = plotting.find_run_folders(runs_ or [root])
+    except FileNotFoundError as exc:
+        raise UserError(f"RUNS: {exc}") from exc
+    curves = plotting.load_run_curves(folders, metric=metric, tags=tag or ())
+    _report(curves, out, metric, smooth, last_fraction, "compare")
+
+
+# --------------------------------------------------------------------------------------------------
 # grid: campaigns from grid files (suPER/campaigns.py)
 
 grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
