@@ -313,6 +313,96 @@ def envs() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# figures: plot (a campaign) and compare (any runs)
+
+SmoothOpt = Annotated[int, typer.Option(help="moving average over this many evaluations per run (1 = none)")]
+MetricOpt = Annotated[str, typer.Option(help="metrics.csv column to plot (default team_return_mean)")]
+LastOpt = Annotated[float, typer.Option("--last-fraction", help="fraction of each run's last evaluations "
+                                                                "that make its final score")]
+
+
+def _report(curves: list[Any], out: Path, metric: str, smooth: int, last_fraction: float, title: str) -> None:
+    from suPER import plotting
+
+    if not curves:
+        raise UserError(f"no runs with a {metric!r} column found")
+    if smooth < 1 or not 0 < last_fraction <= 1:
+        raise UserError(f"--smooth / --last-fraction: expected >= 1 / in (0, 1], got {smooth} / {last_fraction}")
+    paths = plotting.report(curves, out, metric=metric, smoothing=smooth, last_fraction=last_fraction, title=title)
+    print(paths["md"].read_text(), end="")
+    n_cfg = len({(c.env, c.label) for c in curves})
+    print(f"{len(curves)} runs, {n_cfg} configurations -> {paths['png']}, {paths['svg']}, {paths['md']}, "
+          f"{paths['csv']}")
+
+
+@app.command()
+def plot(
+    campaign_dir: Annotated[Path | None, typer.Argument(help="folder holding run folders (e.g. runs/paper)")] = None,
+    out: Annotated[Path | None, typer.Option(help="where figures and tables go (default CAMPAIGN_DIR/figures)")] = None,
+    smooth: SmoothOpt = 1,
+    metric: MetricOpt = "team_return_mean",
+    last_fraction: LastOpt = 0.1,
+    from_wandb: Annotated[str | None, typer.Option("--from-wandb", help="read runs of this W&B project instead "
+                                                                        "(online; needs WANDB_API_KEY)")] = None,
+    entity: Annotated[str | None, typer.Option(help="W&B entity of --from-wandb")] = None,
+    group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
+) -> None:
+    """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
+    configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
+    over the last 10% of evaluations with 95% bootstrap CIs) as markdown and CSV.
+    """
+    from suPER import plotting
+
+    if from_wandb:
+        if campaign_dir is None and out is None:
+            out = Path("runs") / "wandb" / from_wandb / "figures"
+        try:
+            curves = plotting.load_wandb_curves(from_wandb, entity=entity, metric=metric,
+                                                filters={"group": group} if group else None)
+        except Exception as exc:  # network, authentication or project errors from the W&B client
+            raise UserError(f"--from-wandb {from_wandb}: cannot read runs ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); W&B needs network access and "
+                            f"WANDB_API_KEY (or wandb login)") from exc
+        title = f"W&B {from_wandb}"
+    else:
+        if campaign_dir is None:
+            raise UserError("plot: expected CAMPAIGN_DIR (or --from-wandb PROJECT)")
+        if not campaign_dir.is_dir():
+            raise UserError(f"CAMPAIGN_DIR: {campaign_dir} is not a folder")
+        curves = plotting.load_run_curves(plotting.find_run_folders([campaign_dir]), metric=metric)
+        title = campaign_dir.resolve().name
+    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title)
+
+
+@app.command()
+def compare(
+    runs_: Annotated[list[str] | None, typer.Argument(metavar="RUNS...", help="run folders, campaign folders or "
+                                                                             "globs (quote them) of runs to compare")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="only runs with this --tag (repeatable); with no RUNS, "
+                                                       "searches --root")] = None,
+    root: Annotated[Path, typer.Option(help="where --tag looks when no RUNS are given")] = Path("runs"),
+    out: Annotated[Path, typer.Option(help="where the figure and table go")] = Path("runs/compare"),
+    smooth: SmoothOpt = 1,
+    metric: MetricOpt = "team_return_mean",
+    last_fraction: LastOpt = 0.1,
+) -> None:
+    """Compare any set of runs (e.g. a tweaked flag against a campaign) on one figure, same statistics as plot.
+
+    Example: super-marl compare 'runs/paper/pursuit__ddqn_super_quantile__s*' 'runs/*__bw005'
+    """
+    from suPER import plotting
+
+    if not runs_ and not tag:
+        raise UserError("compare: expected RUNS... (folders or globs) or --tag")
+    try:
+        folders = plotting.find_run_folders(runs_ or [root])
+    except FileNotFoundError as exc:
+        raise UserError(f"RUNS: {exc}") from exc
+    curves = plotting.load_run_curves(folders, metric=metric, tags=tag or ())
+    _report(curves, out, metric, smooth, last_fraction, "compare")
+
+
+# --------------------------------------------------------------------------------------------------
 # grid: campaigns from grid files (suPER/campaigns.py)
 
 grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
@@ -387,6 +477,42 @@ def grid_list(
         console.print("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+
+
+@grid_app.command("run")
+def grid_run(
+    file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
+    filter_: FilterOpt = None,
+    seeds: SeedsOpt = None,
+    out: Annotated[Path | None, typer.Option(help="campaign folder for the run folders (default runs/<grid name>)")] = None,
+    cpus_per_trial: Annotated[float, typer.Option("--cpus-per-trial", help="CPUs per run (= its torch threads)")] = 1.0,
+    gpus_per_trial: Annotated[float, typer.Option("--gpus-per-trial", help="GPUs per run (> 0: networks on CUDA)")] = 0.0,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS, else Ray "
+                                                     "starts embedded on this machine, loopback only)")] = None,
+    max_failures: Annotated[int, typer.Option("--max-failures", help="retries of a failing run (each resumes "
+                                                                     "from its checkpoint)")] = 1,
+) -> None:
+    """Run a grid through Ray Tune: one trial per run, all cores used, a live progress table.
+
+    Re-running the same command skips finished runs and resumes unfinished ones from their latest
+    checkpoint (after a crash, Ctrl-C or SIGKILL).
+    """
+    from suPER import campaigns
+
+    if cpus_per_trial <= 0 or gpus_per_trial < 0:
+        raise UserError(f"--cpus-per-trial / --gpus-per-trial: expected > 0 / >= 0, got {cpus_per_trial} / "
+                        f"{gpus_per_trial}")
+    grid, selected = _load_grid(file, seeds, filter_)
+    if not selected:
+        raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
+    out = out or grid.default_out
+    outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                                 address=address, max_failures=max_failures)
+    print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
+          f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
+    if outcome["failed"]:
+        print("re-run the same command to resume the failed runs from their checkpoints", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 def _flag_pairs(args: list[str]) -> list[str]:

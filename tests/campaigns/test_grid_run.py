@@ -1,0 +1,98 @@
+"""`super-marl grid run`: Ray Tune on this machine, one trial per run; skips finished runs, resumes unfinished ones."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suPER import campaigns
+
+GRID = """
+name: tiny
+seeds: 1
+defaults:
+  num_timesteps: 120
+  eval_interval: 40
+  eval_episodes: 1
+  model: mlp
+  set: {env.horizon: 30, dqn.learning_starts: 40, dqn.buffer_size: 500, dqn.hiddens: 16, relay.window: 50,
+        env.kwargs.x_size: 8, env.kwargs.y_size: 8, env.kwargs.n_evaders: 5, env.kwargs.n_pursuers: 4}
+runs:
+  - {name: plain, env: pursuit, algo: ddqn}
+  - {name: super, env: pursuit, algo: dqn, super: true, super_mode: stochastic, bandwidth: 0.5}
+  - {name: later, env: pursuit, algo: qmix, pending: "not yet"}
+"""
+
+
+def rows(run_dir: Path) -> list[int]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(float(r["env_steps"])) for r in csv.DictReader(f)]
+
+
+def grid_run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline", "COLUMNS": "160"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "-m", "suPER.cli", "grid", "run", *args], capture_output=True, text=True,
+                          timeout=900, env=env)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_grid_run_trains_resumes_and_skips(tmp_path: Path) -> None:
+    grid_file = tmp_path / "tiny.yaml"
+    grid_file.write_text(GRID)
+    out = tmp_path / "campaign"
+    grid = campaigns.load_grid(grid_file)
+    plain, super_, pending = grid.runs
+    # an unfinished run (as after a crash): checkpoint at 40 env steps, killed at 60
+    def stop(env_steps: int, stats: dict[str, float]) -> None:
+        if env_steps >= 60:
+            raise Stop
+    with pytest.raises(Stop):
+        campaigns.execute(plain.config(out=out, progress=False), progress=stop)
+    assert rows(out / plain.run_name) == [0, 40]
+
+    r = grid_run(str(grid_file), "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 run(s) to train (1 resuming from a checkpoint)" in r.stderr
+    assert "skipping 1 pending run(s)" in r.stderr
+    assert "2 finished now, 0 finished before, 0 failed, 1 pending" in r.stdout
+    for run in (plain, super_):
+        run_dir = out / run.run_name
+        assert rows(run_dir) == [0, 40, 80, 120], run.run_name
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["status"] == "finished" and manifest["env_steps"] == 120
+        assert manifest["grid"] == "tiny" and manifest["grid_entry"] == run.entry
+        assert (run_dir / "curve.png").exists() and (run_dir / "checkpoints" / "final.pt").exists()
+    assert len(json.loads((out / plain.run_name / "manifest.json").read_text())["resumed"]) == 1
+    assert "resumed" not in json.loads((out / super_.run_name / "manifest.json").read_text())
+    assert not (out / pending.run_name).exists()
+
+    r = grid_run(str(grid_file), "--out", str(out))  # everything finished: nothing starts, not even Ray
+    assert r.returncode == 0 and "skipping 2 finished run(s)" in r.stderr and "nothing to run" in r.stderr
+    assert "0 finished now, 2 finished before" in r.stdout
+
+
+def test_grid_run_refuses_an_unfinished_folder_of_another_config_before_starting(tmp_path: Path) -> None:
+    grid_file = tmp_path / "tiny.yaml"
+    grid_file.write_text(GRID)
+    out = tmp_path / "campaign"
+    plain = campaigns.load_grid(grid_file).runs[0]
+    cfg = plain.config(out=out, progress=False)
+    cfg.dqn.lr = 0.5
+
+    def stop(env_steps: int, stats: dict[str, float]) -> None:
+        raise Stop
+    with pytest.raises(Stop):
+        campaigns.execute(cfg, progress=stop)
+    r = grid_run(str(grid_file), "--out", str(out), "--filter", "name=plain")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --out:")
+    assert "different configuration (dqn.lr" in r.stderr and "Ray" not in r.stderr

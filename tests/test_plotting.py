@@ -1,0 +1,165 @@
+"""Campaign figures and tables: bootstrap bands over seeds, final mean/IQM with CIs, plot/compare commands."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from suPER import config as C
+from suPER import plotting as P
+
+
+def fake_run(root: Path, env: str, seed: int, values: list[float], *, mode: str | None = None, tag: str = "",
+             interval: int = 100) -> Path:
+    """A run folder with config.json and metrics.csv (no training)."""
+    named: dict[str, Any] = {"run.seed": seed, "run.tag": tag}
+    if mode:
+        named.update({"relay.enabled": True, "relay.mode": mode})
+    cfg = C.resolve(env, "ddqn", named=named)
+    folder = root / cfg.run_name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with (folder / "metrics.csv").open("w") as f:
+        f.write("env_steps,team_return_mean,loss\n")
+        for i, v in enumerate(values):
+            f.write(f"{i * interval},{v},0.1\n")
+    return folder
+
+
+def campaign(tmp_path: Path) -> Path:
+    """2 envs x 2 configurations x 5 seeds; every curve is seed-shifted, the last two evaluations are flat."""
+    root = tmp_path / "campaign"
+    for env in ("pursuit", "battle"):
+        for mode, base in ((None, 0.0), ("quantile", 10.0)):
+            for seed in range(1, 6):
+                vals = [base + seed * t / 10 for t in range(18)] + [base + seed * 2.0] * 2  # 20 evaluations
+                fake_run(root, env, seed, vals, mode=mode)
+    return root
+
+
+def test_bands_mean_and_bootstrap_ci_over_seeds(tmp_path: Path) -> None:
+    curves = P.load_run_curves(P.find_run_folders([campaign(tmp_path)]))
+    assert len(curves) == 20 and {c.label for c in curves} == {"ddqn", "ddqn_super_quantile"}
+    bands = P.aggregate(curves)
+    assert [(b.env, b.label, b.n_runs) for b in bands] == [
+        ("battle", "ddqn", 5), ("battle", "ddqn_super_quantile", 5),
+        ("pursuit", "ddqn", 5), ("pursuit", "ddqn_super_quantile", 5)]
+    b = bands[0]
+    np.testing.assert_array_equal(b.steps, np.arange(20) * 100)
+    seeds = np.arange(1, 6)
+    np.testing.assert_allclose(b.mean[:18], seeds.mean() * np.arange(18) / 10)
+    assert (b.low <= b.mean + 1e-12).all() and (b.mean <= b.high + 1e-12).all()
+    assert b.low[0] == b.high[0] == 0.0  # all seeds equal at step 0: no spread
+    assert (b.high[5:] - b.low[5:] > 0).all()
+    # percentile CI of the mean of 1..5 (x t) lies inside [min, max] of the seeds
+    assert b.low[10] >= 1.0 and b.high[10] <= 5.0
+    smoothed = P.aggregate(curves, smoothing=3)[0]
+    assert not np.allclose(smoothed.mean, b.mean) and np.isclose(smoothed.mean[8], b.mean[8])  # linear part kept
+
+
+def test_final_performance_mean_iqm_over_the_last_10_percent(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    scores = [1.0, 2.0, 3.0, 4.0, 100.0]
+    for seed, s in enumerate(scores, start=1):
+        fake_run(root, "pursuit", seed, [-50.0] * 18 + [s, s])  # last 10% of 20 evaluations = last 2
+    (row,) = P.final_performance(P.load_run_curves(P.find_run_folders([root])))
+    assert row["runs"] == 5 and row["evaluations"] == 2 and row["final_env_steps"] == 1900
+    assert row["mean"] == pytest.approx(22.0) and row["iqm"] == pytest.approx(3.0)  # IQM drops 1 and 100
+    assert row["mean_ci_low"] <= 22.0 <= row["mean_ci_high"]
+    assert 1.0 <= row["iqm_ci_low"] <= 3.0 <= row["iqm_ci_high"] <= 100.0
+    single = P.final_performance(P.load_run_curves([P.find_run_folders([root])[0]]))[0]
+    assert single["runs"] == 1 and np.isnan(single["mean_ci_low"])  # no CI from one run
+
+
+def run_cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "COLUMNS": "200", **env}
+    return subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, timeout=180,
+                          env=full, cwd=cwd)
+
+
+def test_plot_command_writes_figure_and_tables(tmp_path: Path) -> None:
+    root = campaign(tmp_path)
+    r = run_cli("plot", str(root), "--smooth", "2")
+    assert r.returncode == 0, r.stderr
+    fig = root / "figures"
+    assert (fig / "team_return.png").read_bytes()[:4] == b"\x89PNG"
+    svg = (fig / "team_return.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "pursuit" in svg and "battle" in svg  # one panel per env
+    rows = list(csv.DictReader((fig / "final_performance.csv").open()))
+    assert [(r["env"], r["configuration"]) for r in rows] == [
+        ("battle", "ddqn"), ("battle", "ddqn_super_quantile"), ("pursuit", "ddqn"), ("pursuit", "ddqn_super_quantile")]
+    assert float(rows[1]["mean"]) == pytest.approx(16.0)  # 10 + 2 * mean(seed)
+    md = (fig / "final_performance.md").read_text()
+    assert "| pursuit | ddqn_super_quantile | 5 | 16.00 |" in md and "IQM" in md
+    assert "| pursuit | ddqn_super_quantile | 5 | 16.00 |" in r.stdout
+
+
+def test_compare_tweaked_runs_by_glob_and_tag(tmp_path: Path) -> None:
+    root = campaign(tmp_path)
+    tweak = tmp_path / "tweak"
+    for seed in (1, 2):
+        fake_run(tweak, "pursuit", seed, [float(seed)] * 20, mode="quantile", tag="bw005")
+    out = tmp_path / "cmp"
+    r = run_cli("compare", str(root / "pursuit__ddqn_super_quantile__s*"), str(tweak), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((out / "final_performance.csv").open()))
+    assert [(r["configuration"], r["runs"]) for r in rows] == [("ddqn_super_quantile", "5"),
+                                                               ("ddqn_super_quantile [bw005]", "2")]
+    r = run_cli("compare", "--tag", "bw005", "--root", str(tmp_path), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert [r["configuration"] for r in csv.DictReader((out / "final_performance.csv").open())] == [
+        "ddqn_super_quantile [bw005]"]
+    r = run_cli("compare", str(tmp_path / "nothing*"))
+    assert r.returncode == 2 and r.stderr.startswith("error: RUNS:")
+
+
+class FakeRun:
+    def __init__(self, config: dict[str, Any], rows: list[dict[str, Any]], path: list[str]) -> None:
+        self.config, self._rows, self.path = config, rows, path
+
+    def scan_history(self, keys: list[str]) -> list[dict[str, Any]]:
+        return [{k: r.get(k) for k in keys} for r in self._rows]
+
+
+class FakeApi:
+    def __init__(self, runs: list[FakeRun]) -> None:
+        self._runs = runs
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def runs(self, path: str, filters: dict[str, Any]) -> list[FakeRun]:
+        self.asked.append((path, filters))
+        return self._runs
+
+
+def test_wandb_curves_use_the_logged_config_and_env_steps() -> None:
+    runs = []
+    for seed in (1, 2):
+        cfg = C.resolve("battle", "dqn", named={"run.seed": seed}).to_dict()
+        rows = [{"_step": s, "charts/team_return_mean": seed * s / 100} for s in (200, 0, 100)]
+        rows.append({"_step": 300, "charts/loss": 1.0})  # a row without the metric
+        runs.append(FakeRun(cfg, rows, ["me", "proj", f"id{seed}"]))
+    runs.append(FakeRun({"lr": 1}, [], ["me", "proj", "other"]))  # not one of ours
+    api = FakeApi(runs)
+    curves = P.load_wandb_curves("proj", entity="me", api=api, filters={"group": "g"})
+    assert api.asked == [("me/proj", {"group": "g"})]
+    assert [(c.env, c.label, c.seed, c.source) for c in curves] == [("battle", "dqn", 1, "wandb:me/proj/id1"),
+                                                                    ("battle", "dqn", 2, "wandb:me/proj/id2")]
+    np.testing.assert_array_equal(curves[1].steps, [0, 100, 200])
+    np.testing.assert_array_equal(curves[1].values, [0, 2, 4])
+
+
+def test_from_wandb_without_credentials_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    r = subprocess.run([sys.executable, "-m", "suPER.cli", "plot", "--from-wandb", "proj"], capture_output=True,
+                       text=True, timeout=120, env={**env, "HOME": str(tmp_path), "WANDB_MODE": "offline"},
+                       cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --from-wandb proj"), r.stderr
