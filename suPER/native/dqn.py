@@ -160,21 +160,32 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         q_PBA = q_values(q_net, obs_NO.reshape(n_pol, n_agents // n_pol, *obs_shape))
         return q_PBA.argmax(-1).reshape(n_agents).cpu().numpy()
 
+    def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
+        """Q of the actions taken, [P, B]."""
+        return q_PBA.gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
+
+    @torch.no_grad()
+    def td_target(rewards, next_obs, dones, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
+        """r + gamma (1 - d) Q_target(o', a*), a* from the online (double-Q) or the target net."""
+        q_next_target = q_values(target_net, next_obs)
+        if d.double_q:
+            q_next_online = q_values(q_net, next_obs) if q_next_online is None else q_next_online
+        a_star = (q_next_online if d.double_q else q_next_target).argmax(-1, keepdim=True)
+        bootstrap = q_next_target.gather(-1, a_star)[..., 0]
+        return (torch.as_tensor(rewards, device=device)
+                + d.gamma * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
+
     @torch.no_grad()
     def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
-        """|TD| of [P, B] transitions with the current online and target nets (no grad)."""
-        return td_and_q(obs, actions, rewards, next_obs, dones)[0].abs()
+        """|TD| of [P, B] transitions with the current nets; one online pass covers o and o' (no grad)."""
+        n = obs.shape[1]
+        q_both = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
+        return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
 
     def td_and_q(obs, actions, rewards, next_obs, dones) -> tuple[torch.Tensor, torch.Tensor]:
         """TD error [P, B] and Q(o, a) [P, B]; gradients flow through Q(o, a) only."""
-        q_sa = q_values(q_net, obs).gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
-        with torch.no_grad():
-            q_next_target = q_values(target_net, next_obs)
-            a_star = (q_values(q_net, next_obs) if d.double_q else q_next_target).argmax(-1, keepdim=True)
-            bootstrap = q_next_target.gather(-1, a_star)[..., 0]
-            target = (torch.as_tensor(rewards, device=device)
-                      + d.gamma * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
-        return q_sa - target, q_sa
+        q_sa = taken(q_values(q_net, obs), actions)
+        return q_sa - td_target(rewards, next_obs, dones), q_sa
 
     # ---- bookkeeping
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
