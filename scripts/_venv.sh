@@ -13,7 +13,9 @@ stamp="$ROOT/.venv/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "installing super-marl and its pinned dependencies (first time: a few minutes)"
   python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  python -m pip install --quiet -e "$ROOT[test]" 2>&1 | grep -v "is ignored: it is neither" || true
+  if ! python -m pip install --quiet -e "$ROOT[test]" > "$ROOT/.venv/install.log" 2>&1; then
+    tail -n 30 "$ROOT/.venv/install.log"; echo "install failed (full log: .venv/install.log)"; exit 1
+  fi
   python -c "import suPER, torch, ray, pettingzoo, magent2" || { echo "install failed"; exit 1; }
   rm -f "$ROOT"/.venv/.installed-* && touch "$stamp"
 fi
