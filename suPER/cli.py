@@ -155,6 +155,8 @@ def train(
     quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
     out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
     tag: Annotated[str, typer.Option(help="label appended to the run name")] = "",
+    skip_finished: Annotated[bool, typer.Option("--skip-finished", help="exit 0 when the run folder already holds "
+                                                "a finished run (resubmitted grids)")] = False,
     overwrite: Annotated[bool, typer.Option(help="start over in a folder that holds a finished or unfinished run "
                                                     "(without it a finished run is refused and an unfinished one resumed)")] = False,
     device: Annotated[str, typer.Option(help="cpu | cuda | auto")] = "auto",
@@ -193,6 +195,12 @@ def train(
     overrides = _set_pairs(set_ or [])
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
+        if skip_finished and not overwrite:
+            from suPER.runs import FINISHED, RunFolder
+
+            if RunFolder(Path(cfg.run.out) / cfg.run_name).status() == FINISHED:
+                print(f"{cfg.run_name}: already finished in {cfg.run.out}, skipped")
+                continue
         _train_one(cfg, overwrite, backend)
 
 
@@ -491,6 +499,11 @@ def grid_run(
                                                      "starts embedded on this machine, loopback only)")] = None,
     max_failures: Annotated[int, typer.Option("--max-failures", help="retries of a failing run (each resumes "
                                                                      "from its checkpoint)")] = 1,
+    wandb: Annotated[bool | None, typer.Option("--wandb/--no-wandb", help="log every run to W&B (default: as "
+                                                                          "the grid file says)")] = None,
+    wandb_project: Annotated[str | None, typer.Option("--wandb-project")] = None,
+    wandb_group: Annotated[str | None, typer.Option("--wandb-group", help="default: the grid name")] = None,
+    wandb_mode: Annotated[str | None, typer.Option("--wandb-mode", help="offline | online")] = None,
 ) -> None:
     """Run a grid through Ray Tune: one trial per run, all cores used, a live progress table.
 
@@ -506,13 +519,78 @@ def grid_run(
     if not selected:
         raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
     out = out or grid.default_out
+    run_fields: dict[str, Any] = {}
+    if wandb is not None:
+        run_fields["wandb"] = wandb
+        if wandb:
+            run_fields["wandb_group"] = wandb_group or grid.name
+    run_fields.update({k: v for k, v in (("wandb_project", wandb_project), ("wandb_mode", wandb_mode))
+                       if v is not None})
+    if wandb_group is not None:
+        run_fields["wandb_group"] = wandb_group
     outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                                 address=address, max_failures=max_failures)
+                                 address=address, max_failures=max_failures, run_fields=run_fields)
     print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
           f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
     if outcome["failed"]:
         print("re-run the same command to resume the failed runs from their checkpoints", file=sys.stderr)
         raise typer.Exit(1)
+
+
+@grid_app.command("submit")
+def grid_submit(
+    file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
+    address: Annotated[str | None, typer.Option(help="Ray dashboard address, http://HOST:8265 (default: "
+                                                     "RAY_ADDRESS, else http://127.0.0.1:8265 as forwarded by "
+                                                     "`ray dashboard cluster/aws.yaml`)")] = None,
+    filter_: FilterOpt = None,
+    seeds: SeedsOpt = None,
+    out: Annotated[str | None, typer.Option(help="run folders on the cluster (default ~/super-marl-runs/<grid "
+                                                 "name>, expanded there; use shared storage on multi-node "
+                                                 "clusters)")] = None,
+    per: Annotated[str, typer.Option(help="run: one job per run (super-marl train) | grid: one job running "
+                                          "super-marl grid run on the cluster")] = "run",
+    cpus: Annotated[float, typer.Option(help="CPUs per run")] = 1.0,
+    gpus: Annotated[float, typer.Option(help="GPUs per run")] = 0.0,
+    runtime_env_file: Annotated[Path, typer.Option("--runtime-env", help="runtime env YAML")] = Path(
+        "ray_runtime.yaml"),
+    wandb: Annotated[bool | None, typer.Option("--wandb/--no-wandb", help="log online to W&B (default: when "
+                                                                          "WANDB_API_KEY is set here)")] = None,
+    wandb_project: Annotated[str, typer.Option("--wandb-project")] = "super-marl",
+    wait: Annotated[bool, typer.Option(help="wait for the jobs; exit 1 if one fails")] = False,
+    print_jobs: Annotated[bool, typer.Option("--print-jobs", help="print the jobs (id, CPUs, GPUs, command; "
+                                                                  "tab-separated) and submit nothing")] = False,
+) -> None:
+    """Submit the runs of a grid to a Ray cluster with the Job Submission API (JobSubmissionClient).
+
+    The repository is shipped as each job's working_dir (ray_runtime.yaml); WANDB_API_KEY is taken from
+    your environment at submit time. Resubmitting skips finished runs and resumes unfinished ones.
+    """
+    from suPER import campaigns
+
+    grid, selected = _load_grid(file, seeds, filter_)
+    if not [r for r in selected if not r.pending]:
+        raise UserError(f"--filter: no runnable run of {file} matches {' '.join(filter_ or [])!r}")
+    out = out or f"~/super-marl-runs/{grid.name}"
+    jobs = campaigns.plan_jobs(grid, selected, out, per=per, cpus=cpus, gpus=gpus, filters=filter_ or (),
+                               seeds=seeds, wandb=wandb, wandb_project=wandb_project)
+    if print_jobs:
+        for job in jobs:
+            print(f"{job.submission_id}\t{job.num_cpus:g}\t{job.num_gpus:g}\t{job.entrypoint}")
+        return
+    url = campaigns.dashboard_url(address)
+    runtime_path = runtime_env_file if runtime_env_file.is_absolute() else C.ROOT / runtime_env_file
+    ids = campaigns.submit_jobs(jobs, url, campaigns.runtime_env(runtime_path), grid.name)
+    print(f"submitted {len(ids)} job(s) for {sum(len(j.runs) for j in jobs)} run(s) of {grid.name} to {url}; "
+          f"run folders in {out} on the cluster")
+    for jid in ids:
+        print(f"  {jid}    (ray job logs --address {url} {jid})")
+    if wait:
+        status = campaigns.wait_for_jobs(url, ids, on_change=lambda j, s: print(f"{j}: {s}", file=sys.stderr))
+        failed = [j for j, s in status.items() if s != "SUCCEEDED"]
+        print(f"{len(ids) - len(failed)} job(s) succeeded, {len(failed)} did not")
+        if failed:
+            raise typer.Exit(1)
 
 
 def _flag_pairs(args: list[str]) -> list[str]:

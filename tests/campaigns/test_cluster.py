@@ -1,0 +1,203 @@
+"""Cluster submission: cluster/aws.yaml passes Ray's autoscaler validation; run_all.sh and `grid submit`
+send the smoke grid to a real local Ray cluster (`ray start --head` on 127.0.0.1, stopped by process id)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from suPER import campaigns
+from suPER import config as C
+
+ROOT = C.ROOT
+SMOKE = ROOT / "experiments" / "smoke.yaml"
+
+
+def test_aws_cluster_config_passes_the_autoscaler_validation() -> None:
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = yaml.safe_load((ROOT / "cluster" / "aws.yaml").read_text())
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(raw, schema)  # the file as written: no unknown or mistyped fields
+    prepared = prepare_config(raw)  # what `ray up` does: merge the AWS defaults, then validate
+    validate_config(prepared)
+    types = prepared["available_node_types"]
+    assert prepared["head_node_type"] == "ray.head.default" and types["ray.head.default"]["resources"] == {"CPU": 1}
+    assert any(t.get("resources", {}).get("GPU") for t in types.values())
+    assert sum(1 for n, t in types.items() if n != "ray.head.default" and not t["resources"].get("GPU")) >= 1
+    assert all(t["max_workers"] > t.get("min_workers", 0) for n, t in types.items() if n != "ray.head.default")
+    assert any("pip install -e ~/super-marl" in c for c in raw["setup_commands"])
+    assert "--dashboard-host=127.0.0.1" in " ".join(raw["head_start_ray_commands"])
+
+
+def test_runtime_env_ships_the_repository_and_takes_the_key_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (ROOT / "ray_runtime.yaml").read_text()
+    assert "WANDB_API_KEY:" not in text.replace("# ", "")  # never committed
+    monkeypatch.setenv("WANDB_API_KEY", "secret-from-env")
+    env = campaigns.runtime_env()
+    assert env["working_dir"] == str(ROOT) and env["env_vars"]["WANDB_API_KEY"] == "secret-from-env"
+    assert "runs" in env["excludes"] and ".venv" in env["excludes"]
+    monkeypatch.delenv("WANDB_API_KEY")
+    assert "WANDB_API_KEY" not in campaigns.runtime_env()["env_vars"]
+
+
+def test_jobs_per_run_and_per_grid() -> None:
+    grid = campaigns.load_grid(SMOKE)
+    runs = grid.select(["env=pursuit", "name=pursuit-ddqn,pursuit-qmix"])
+    jobs = campaigns.plan_jobs(grid, runs, "~/out dir", per="run", cpus=2, wandb=True)
+    assert len(jobs) == 1 and jobs[0].num_cpus == 2 and jobs[0].runs == ["pursuit__ddqn__s1"]  # qmix is pending
+    entry = jobs[0].entrypoint
+    assert entry.startswith("python -m suPER.cli train --env pursuit --algo ddqn --seed 1 ")
+    assert "--skip-finished" in entry and "--wandb --wandb-mode online" in entry and "--threads 2" in entry
+    assert entry.endswith("--out ~/'out dir'")  # ~ expands on the cluster node
+    (job,) = campaigns.plan_jobs(grid, runs, "/shared/runs", per="grid", filters=["env=pursuit"], seeds="2",
+                                 wandb=False)
+    assert job.entrypoint == ("python -m suPER.cli grid run experiments/smoke.yaml --cpus-per-trial 1.0 "
+                              "--gpus-per-trial 0.0 --filter env=pursuit --seeds 2 --out /shared/runs")
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or dict(os.environ), cwd=ROOT)
+
+
+def test_unreachable_cluster_fails_in_seconds(tmp_path: Path) -> None:
+    for cmd in (["bash", str(ROOT / "run_all.sh"), "--address", "http://127.0.0.1:9", str(SMOKE)],
+                [sys.executable, "-m", "suPER.cli", "grid", "submit", str(SMOKE), "--address", "127.0.0.1:9"]):
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: --address: no Ray cluster answers at http://127.0.0.1:9"), r.stderr
+        assert time.monotonic() - t0 < 60  # python start-up included; the check itself times out in 10 s
+
+
+# --------------------------------------------------------------------------------------------------
+# a real local cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def session_pids(sid: int) -> list[int]:
+    """Processes of the session ``sid`` (the `ray start` we launched and everything it started)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":  # zombies are gone already (only unreaped)
+                pids.append(int(d))
+    return pids
+
+
+def stop_session(sid: int) -> None:
+    """Stop only our cluster: SIGTERM, then SIGKILL, to every process of its session, by process id."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in session_pids(sid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 20
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.3)
+
+
+def cluster_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "WANDB_API_KEY")}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", WANDB_MODE="offline",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[str]:
+    """`ray start --head` on 127.0.0.1 with its own ports and temp dir; yields the dashboard URL."""
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    for _attempt in range(2):  # a heavily loaded machine can miss Ray's fixed 30 s raylet start-up window
+        tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+        ports = {k: free_port() for k in ("port", "dashboard-port", "ray-client-server-port",
+                                          "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                          "runtime-env-agent-port", "metrics-export-port", "node-manager-port",
+                                          "object-manager-port")}
+        cmd = [ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--dashboard-host",
+               "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "0", "--temp-dir", tmp,
+               "--disable-usage-stats", *[a for k, v in ports.items() for a in (f"--{k}", str(v))]]
+        log = open(Path(tmp) / "ray_start.log", "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(cmd, start_new_session=True, env=cluster_env(), stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{ports['dashboard-port']}"
+        deadline = time.monotonic() + 240
+        up = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                urllib.request.urlopen(f"{url}/api/version", timeout=2).read()
+                # the dashboard answers before the raylet registers: wait for a node to be alive
+                nodes = json.loads(urllib.request.urlopen(f"{url}/nodes?view=summary", timeout=5).read())
+                if nodes.get("data", {}).get("summary"):
+                    up = True
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(1)
+        if up:
+            try:
+                yield url
+            finally:
+                stop_session(proc.pid)
+                log.close()
+                assert not session_pids(proc.pid)
+            return
+        stop_session(proc.pid)
+        log.close()
+    pytest.fail(f"the local Ray cluster did not start: {(Path(tmp) / 'ray_start.log').read_text()[-3000:]}")
+
+
+def rows(run_dir: Path) -> list[int]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(float(r["env_steps"])) for r in csv.DictReader(f)]
+
+
+def test_run_all_sh_and_grid_submit_on_a_local_cluster(local_cluster: str, tmp_path: Path) -> None:
+    out = tmp_path / "campaign"
+    env = cluster_env()
+    r = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--address", local_cluster, "--out", str(out),
+                        "--filter", "env=pursuit", "--filter", "name=pursuit-ddqn,pursuit-dqn-super-stochastic",
+                        "--wait", str(SMOKE)], capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count(": SUCCEEDED") == 2
+    for name in ("pursuit__ddqn__s1", "pursuit__dqn_super_stochastic__s1"):
+        manifest = json.loads((out / name / "manifest.json").read_text())
+        assert manifest["status"] == "finished" and manifest["env_steps"] == 300
+        assert rows(out / name) == [0, 100, 200, 300]
+        # the job ran the shipped working_dir copy of the package, not this checkout
+        assert "runtime_resources" in " ".join(manifest["command"]) or manifest["host"]
+
+    # the same grid again through the Python client, plus one more run: finished runs are skipped
+    r = cli("grid", "submit", str(SMOKE), "--address", local_cluster, "--out", str(out), "--filter", "env=pursuit",
+            "--filter", "name=pursuit-ddqn,pursuit-ddqn-paramshare", "--wait", env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "submitted 2 job(s) for 2 run(s) of smoke" in r.stdout and "2 job(s) succeeded" in r.stdout
+    assert rows(out / "pursuit__ddqn_ps__s1") == [0, 100, 200, 300]
+    assert rows(out / "pursuit__ddqn__s1") == [0, 100, 200, 300]  # untouched
