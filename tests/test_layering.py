@@ -21,6 +21,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                       "torch"),
     "native": ("ray.rllib", "wandb", "suPER.cli"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
+    "campaigns.py": ("suPER.models", "suPER.replay", "suPER.core.relay", "suPER.envs", "suPER.cli"),
+    "plotting.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.cli", "ray",
+                    "torch"),
 }
 """module (file or folder under suPER/) -> import prefixes it must not use (STYLE.md module map)"""
 
