@@ -329,17 +329,27 @@ LastOpt = Annotated[float, typer.Option("--last-fraction", help="fraction of eac
                                                                 "that make its final score")]
 
 
-def _report(curves: list[Any], out: Path, metric: str, smooth: int, last_fraction: float, title: str) -> None:
+ConfigOpt = Annotated[list[str] | None, typer.Option("--config", help="only configurations whose label matches "
+                                                                     "this glob, e.g. 'ddqn*' (repeatable)")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="file stem: NAME.png/.svg and NAME_final.md/.csv "
+                                                            "(default team_return + final_performance)")]
+
+
+def _report(curves: list[Any], out: Path, metric: str, smooth: int, last_fraction: float, title: str,
+            configs: list[str] | None = None, name: str | None = None) -> None:
     from suPER import plotting
 
+    curves = plotting.select_configurations(curves, configs or [])
     if not curves:
-        raise UserError(f"no runs with a {metric!r} column found")
+        raise UserError(f"no runs with a {metric!r} column found" + (f" for --config {' '.join(configs)}"
+                                                                     if configs else ""))
     if smooth < 1 or not 0 < last_fraction <= 1:
         raise UserError(f"--smooth / --last-fraction: expected >= 1 / in (0, 1], got {smooth} / {last_fraction}")
-    paths = plotting.report(curves, out, metric=metric, smoothing=smooth, last_fraction=last_fraction, title=title)
+    paths = plotting.report(curves, out, metric=metric, smoothing=smooth, last_fraction=last_fraction, title=title,
+                            name=name)
     print(paths["md"].read_text(), end="")
     n_cfg = len({(c.env, c.label) for c in curves})
-    print(f"{len(curves)} runs, {n_cfg} configurations -> {paths['png']}, {paths['svg']}, {paths['md']}, "
+    print(f"{len(curves)} runs, {n_cfg} curves -> {paths['png']}, {paths['svg']}, {paths['md']}, "
           f"{paths['csv']}")
 
 
@@ -354,6 +364,8 @@ def plot(
                                                                         "(online; needs WANDB_API_KEY)")] = None,
     entity: Annotated[str | None, typer.Option(help="W&B entity of --from-wandb")] = None,
     group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
+    config: ConfigOpt = None,
+    name: NameOpt = None,
 ) -> None:
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
@@ -379,7 +391,8 @@ def plot(
             raise UserError(f"CAMPAIGN_DIR: {campaign_dir} is not a folder")
         curves = plotting.load_run_curves(plotting.find_run_folders([campaign_dir]), metric=metric)
         title = campaign_dir.resolve().name
-    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title)
+    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title, config,
+            name)
 
 
 @app.command()
@@ -393,6 +406,8 @@ def compare(
     smooth: SmoothOpt = 1,
     metric: MetricOpt = "team_return_mean",
     last_fraction: LastOpt = 0.1,
+    config: ConfigOpt = None,
+    name: NameOpt = None,
 ) -> None:
     """Compare any set of runs (e.g. a tweaked flag against a campaign) on one figure, same statistics as plot.
 
@@ -407,7 +422,7 @@ def compare(
     except FileNotFoundError as exc:
         raise UserError(f"RUNS: {exc}") from exc
     curves = plotting.load_run_curves(folders, metric=metric, tags=tag or ())
-    _report(curves, out, metric, smooth, last_fraction, "compare")
+    _report(curves, out, metric, smooth, last_fraction, "compare", config, name)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -363,9 +363,23 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     return png, svg
 
 
+def select_configurations(curves: Sequence[RunCurve], patterns: Sequence[str]) -> list[RunCurve]:
+    """Curves whose configuration label matches one of the globs (all curves when there are none)."""
+    import fnmatch
+
+    if not patterns:
+        return list(curves)
+    return [c for c in curves if any(fnmatch.fnmatchcase(c.label, p) for p in patterns)]
+
+
 def report(curves: Sequence[RunCurve], out_dir: Path, metric: str = DEFAULT_METRIC, smoothing: int = 1,
-           last_fraction: float = 0.1, title: str = "", n_resamples: int = 2000) -> dict[str, Path]:
+           last_fraction: float = 0.1, title: str = "", n_resamples: int = 2000,
+           name: str | None = None) -> dict[str, Path]:
     """Figure (PNG + SVG) and final-performance table (CSV + markdown) for a set of runs.
+
+    Args:
+        name: file stem: ``<name>.png/.svg`` and ``<name>_final.csv/.md``; None gives
+            ``team_return.png/.svg`` (or the metric's name) and ``final_performance.csv/.md``.
 
     Raises:
         ValueError: no runs.
@@ -373,8 +387,9 @@ def report(curves: Sequence[RunCurve], out_dir: Path, metric: str = DEFAULT_METR
     if not curves:
         raise ValueError("no runs with metrics to plot")
     bands = aggregate(curves, smoothing=smoothing, n_resamples=n_resamples)
-    png, svg = plot_bands(bands, out_dir, metric=metric, title=title,
-                          stem=metric.removesuffix("_mean") if metric != DEFAULT_METRIC else "team_return")
+    fig_stem = name or (metric.removesuffix("_mean") if metric != DEFAULT_METRIC else "team_return")
+    png, svg = plot_bands(bands, out_dir, metric=metric, title=title, stem=fig_stem)
     rows = final_performance(curves, last_fraction=last_fraction, n_resamples=n_resamples)
-    table_csv, table_md = write_table(rows, out_dir, metric=metric, last_fraction=last_fraction)
+    table_csv, table_md = write_table(rows, out_dir, metric=metric, last_fraction=last_fraction,
+                                      stem=f"{name}_final" if name else "final_performance")
     return {"png": png, "svg": svg, "csv": table_csv, "md": table_md}

@@ -100,6 +100,10 @@ def test_plot_command_writes_figure_and_tables(tmp_path: Path) -> None:
     md = (fig / "final_performance.md").read_text()
     assert "| pursuit | ddqn_super_quantile | 5 | 16.00 |" in md and "IQM" in md
     assert "| pursuit | ddqn_super_quantile | 5 | 16.00 |" in r.stdout
+    r = run_cli("plot", str(root), "--config", "*quantile*", "--name", "super_only")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((fig / "super_only_final.csv").open()))
+    assert {r["configuration"] for r in rows} == {"ddqn_super_quantile"} and (fig / "super_only.svg").exists()
 
 
 def test_compare_tweaked_runs_by_glob_and_tag(tmp_path: Path) -> None:

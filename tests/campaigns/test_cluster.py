@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -168,10 +169,13 @@ def local_cluster() -> Iterator[str]:
                 stop_session(proc.pid)
                 log.close()
                 assert not session_pids(proc.pid)
+                shutil.rmtree(tmp, ignore_errors=True)
             return
         stop_session(proc.pid)
         log.close()
-    pytest.fail(f"the local Ray cluster did not start: {(Path(tmp) / 'ray_start.log').read_text()[-3000:]}")
+        failed_log = (Path(tmp) / "ray_start.log").read_text()[-3000:]
+        shutil.rmtree(tmp, ignore_errors=True)
+    pytest.fail(f"the local Ray cluster did not start: {failed_log}")
 
 
 def rows(run_dir: Path) -> list[int]:
