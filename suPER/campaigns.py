@@ -518,14 +518,24 @@ def _expand_entry(entry: dict[str, Any], where: str, defaults: dict[str, Any],
 BACKENDS = ("native", "rllib")
 """Trainer backends ``execute`` can call."""
 
+TRAINERS: dict[str, str] = {
+    "dqn": "suPER.native.dqn", "ddqn": "suPER.native.dqn",
+    "seac": "seac.trainer", "maddpg": "suPER.baselines.maddpg", "qmix": "suPER.baselines.qmix",
+}
+"""Algorithm key -> module whose ``train(cfg, folder, logger, progress) -> Summary`` the native backend calls."""
 
-def trainer_for(backend: str) -> Any:
-    """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend (imported lazily).
+
+def trainer_for(backend: str, algo: str = "ddqn") -> Any:
+    """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend and algorithm (imported lazily).
 
     Raises:
-        ConfigError: unknown or unavailable backend.
+        ConfigError: unknown or unavailable backend, or an algorithm the backend does not run.
     """
+    import importlib
+
     if backend == "rllib":
+        if algo not in C.DQN_ALGOS:
+            raise C.ConfigError(f"--backend rllib: runs --algo {' or '.join(C.DQN_ALGOS)} only, got --algo {algo}")
         try:
             from suPER.core.rllib_runner import train_rllib  # type: ignore[import-not-found]
         except ImportError as exc:
@@ -533,9 +543,13 @@ def trainer_for(backend: str) -> Any:
         return train_rllib
     if backend != "native":
         raise C.ConfigError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    from suPER.native.dqn import train
-
-    return train
+    if algo not in TRAINERS:
+        raise C.ConfigError(f"--algo: expected one of {', '.join(TRAINERS)}, got {algo!r}")
+    try:
+        module = importlib.import_module(TRAINERS[algo])
+    except ModuleNotFoundError as exc:
+        raise C.ConfigError(f"--algo {algo}: its trainer ({TRAINERS[algo]}) is not available in this version") from exc
+    return module.train
 
 
 def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "native", progress: Any = None,
@@ -569,7 +583,7 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     from suPER import runs
     from suPER.plotting import plot_curve
 
-    train_fn = trainer_for(backend)  # before touching the disk: an unavailable backend writes nothing
+    train_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
     folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
     previous = folder.read_manifest()
     latest = folder.checkpoints / "latest.pt"

@@ -133,7 +133,7 @@ def _set_pairs(pairs: list[str]) -> dict[str, Any]:
 @app.command()
 def train(
     env: Annotated[str, typer.Option(help="pursuit | battle | adversarial_pursuit")] = "pursuit",
-    algo: Annotated[str, typer.Option(help="dqn (plain) | ddqn (dueling double DQN)")] = "ddqn",
+    algo: Annotated[str, typer.Option(help="dqn (plain) | ddqn (dueling double DQN) | seac | maddpg | qmix")] = "ddqn",
     num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="env steps to train")] = None,
     seed: Annotated[int, typer.Option(help="run seed; env seed = seed + 100")] = 1,
     num_seeds: Annotated[int, typer.Option("--num-seeds", help="run seeds seed .. seed+num_seeds-1")] = 1,
@@ -207,12 +207,12 @@ def train(
 BACKENDS = ("native", "rllib")
 
 
-def _trainer(backend: str) -> Any:
+def _trainer(backend: str, algo: str = "ddqn") -> Any:
     """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend (imported lazily)."""
     from suPER.campaigns import trainer_for
 
     try:
-        return trainer_for(backend)
+        return trainer_for(backend, algo)
     except C.ConfigError as exc:
         raise UserError(str(exc)) from exc
 
@@ -235,7 +235,7 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
     from suPER import campaigns
 
     console = Console(stderr=True)
-    _trainer(backend)  # an unavailable backend is a one-line error before anything is written
+    _trainer(backend, cfg.run.algo)  # an unavailable backend is a one-line error before anything is written
 
     bar = _progress_bar(cfg, console)
     update: list[Any] = [None]  # the bar's update function, once the run folder is ready

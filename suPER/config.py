@@ -128,11 +128,115 @@ class RelayConfig:
 
 
 @dataclass
+class SEACConfig:
+    """Shared Experience Actor-Critic (Christianos et al., NeurIPS 2020): per-agent A2C whose losses also use
+    the other learners' on-policy experience, importance-weighted (issue 7; defaults from the SEAC paper)."""
+
+    lr: float = 3e-4
+    """Adam learning rate"""
+    adam_eps: float = 1e-3
+    """Adam epsilon"""
+    gamma: float = 0.99
+    """discount factor"""
+    n_steps: int = 5
+    """rollout length per update (n-step returns)"""
+    num_envs: int = 4
+    """parallel training envs (each step of all envs counts num_envs env steps)"""
+    entropy_coef: float = 0.01
+    """entropy bonus coefficient"""
+    value_coef: float = 0.5
+    """value-loss coefficient"""
+    seac_lambda: float = 1.0
+    """weight of the other agents' (importance-weighted) experience in each agent's loss"""
+    grad_clip: float = 0.5
+    """gradient-norm clip per agent"""
+    model: Literal["mlp", "conv"] = "mlp"
+    """mlp = the SEAC paper's 2x64 MLP on flattened obs; conv = the env's conv body"""
+    share_experience: bool = True
+    """false = independent A2C (IA2C), the ablation without the shared-experience term"""
+
+
+@dataclass
+class MADDPGConfig:
+    """MADDPG with centralized critics and Gumbel-softmax discrete actors (REFERENCE 7.2; issue 7)."""
+
+    actor_lr: float = 2.5e-4
+    """actor Adam learning rate"""
+    critic_lr: float = 2.5e-4
+    """critic Adam learning rate"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.015
+    """soft target update: target <- tau * online + (1 - tau) * target"""
+    hiddens: list[int] = field(default_factory=lambda: [64, 64])
+    """actor and critic hidden layers (ReLU)"""
+    batch_size: int = 32
+    """transitions per update"""
+    buffer_size: int = 120_000
+    """replay capacity (joint transitions)"""
+    rollout_fragment_length: int = 32
+    """env steps between update rounds"""
+    learning_starts: int = 1000
+    """env steps before the first update"""
+    actor_feature_reg: float = 0.001
+    """L2 penalty on the actor's logits"""
+    grad_clip: float = 0.5
+    """gradient-norm clip"""
+    gumbel_temperature: float = 1.0
+    """Gumbel-softmax temperature"""
+    shared_reward: bool = True
+    """train every critic on the team reward (sum over learners), as the original did for pursuit"""
+
+
+@dataclass
+class QMIXConfig:
+    """QMIX: GRU agent nets and a monotonic hypernetwork mixer over the global state (REFERENCE 7.1; issue 7)."""
+
+    lr: float = 1.6e-4
+    """RMSprop learning rate"""
+    optim_alpha: float = 0.99
+    """RMSprop smoothing constant"""
+    optim_eps: float = 1e-5
+    """RMSprop epsilon"""
+    gamma: float = 0.99
+    """discount factor"""
+    rnn_hidden: int = 64
+    """GRU cell size of the agent network"""
+    mixing_embed_dim: int = 32
+    """mixer hidden width"""
+    double_q: bool = True
+    """double-Q targets"""
+    grad_clip: float = 10.0
+    """gradient-norm clip"""
+    buffer_episodes: int = 1000
+    """replay capacity, in episodes"""
+    batch_episodes: int = 1
+    """episodes per update (the original sampled about one stored episode per update)"""
+    updates_per_episode: int = 1
+    """gradient steps after every finished training episode"""
+    learning_starts: int = 1000
+    """env steps before the first update"""
+    target_update_freq: int = 1000
+    """hard target copy every this many env steps"""
+    epsilon_initial: float = 0.1
+    """epsilon-greedy start value"""
+    epsilon_final: float = 0.001
+    """epsilon-greedy final value"""
+    epsilon_timesteps: int = 100_000
+    """env steps over which epsilon decays linearly"""
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linear schedule: eps(t) = eps0 + min(1, t / T) * (eps1 - eps0)."""
+        frac = min(1.0, env_steps / max(1, self.epsilon_timesteps))
+        return self.epsilon_initial + frac * (self.epsilon_final - self.epsilon_initial)
+
+
+@dataclass
 class RunConfig:
     """Budget, evaluation, seeds, output and logging: everything that is not the algorithm or the env."""
 
     algo: str = "ddqn"
-    """algorithm registry key: dqn | ddqn"""
+    """algorithm registry key (``ALGOS``): dqn | ddqn | seac | maddpg | qmix"""
     num_timesteps: int = 800_000
     """env steps to train for"""
     seed: int = 1
@@ -184,6 +288,9 @@ class ExperimentConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
+    seac: SEACConfig = field(default_factory=SEACConfig)
+    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
+    qmix: QMIXConfig = field(default_factory=QMIXConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def validate(self) -> ExperimentConfig:
@@ -221,11 +328,21 @@ class ExperimentConfig:
         _check(u.threads >= 0, "--threads", "an integer >= 0", u.threads)
         _check(u.device in ("cpu", "cuda", "auto"), "--device", "cpu, cuda or auto", u.device)
         _check(u.algo in ALGOS, "--algo", f"one of {', '.join(ALGOS)}", u.algo)
+        _check(u.algo in DQN_ALGOS or not r.enabled, "--suPER", f"only with --algo {' or '.join(DQN_ALGOS)}",
+               f"--algo {u.algo}")
+        for name, section in (("seac", self.seac), ("maddpg", self.maddpg), ("qmix", self.qmix)):
+            _check_positive(name, section)
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (JSON-serialisable)."""
-        return dataclasses.asdict(self)
+        """Plain nested dict (JSON-serialisable) of the sections this run's algorithm uses.
+
+        The sections of other algorithms are left out, so config.json shows only what matters
+        (``dqn`` and ``relay`` for the DQN family, ``seac`` / ``maddpg`` / ``qmix`` for a baseline).
+        """
+        every = {section for sections in ALGO_SECTIONS.values() for section in sections}
+        unused = every - set(ALGO_SECTIONS.get(self.run.algo, every))
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
 
     @property
     def run_name(self) -> str:
@@ -239,12 +356,22 @@ class ExperimentConfig:
         return f"{name}__{self.run.tag}" if self.run.tag else name
 
 
-ALGOS = ("dqn", "ddqn")
-"""Algorithm registry keys handled by the native DQN trainer (dqn = neither dueling nor double-Q)."""
+DQN_ALGOS = ("dqn", "ddqn")
+"""The DQN family (native trainer or RLlib's suPERDQN; SUPER relay applies): dqn = neither dueling nor double-Q."""
+
+ALGOS = (*DQN_ALGOS, "seac", "maddpg", "qmix")
+"""Every algorithm registry key (``suPER.campaigns.TRAINERS`` maps each to its trainer)."""
+
+ALGO_SECTIONS: dict[str, tuple[str, ...]] = {
+    "dqn": ("dqn", "relay"), "ddqn": ("dqn", "relay"),
+    "seac": ("seac",), "maddpg": ("maddpg",), "qmix": ("qmix",),
+}
+"""Config sections each algorithm reads (``to_dict`` writes only these besides env and run)."""
 
 ALGO_PRESETS: dict[str, dict[str, Any]] = {
     "dqn": {"dqn.double_q": False, "dqn.dueling": False},
     "ddqn": {"dqn.double_q": True, "dqn.dueling": True},
+    "seac": {}, "maddpg": {}, "qmix": {},
 }
 """Overrides each algorithm key implies (the paper's DQN vs dueling double DQN)."""
 
@@ -293,6 +420,28 @@ def _literal_values(cls: type, name: str) -> tuple[str, ...]:
 def _check(ok: bool, key: str, expected: str, got: Any) -> None:
     if not ok:
         raise ConfigError(f"{key}: expected {expected}, got {got!r}")
+
+
+_NON_NEGATIVE = ("learning_starts", "seac_lambda", "entropy_coef", "value_coef", "actor_feature_reg",
+                 "epsilon_initial", "epsilon_final")
+"""Baseline settings that may be 0; every other numeric baseline setting must be > 0."""
+
+
+def _check_positive(name: str, section: Any) -> None:
+    """Range checks of a baseline section: numbers > 0 (>= 0 for ``_NON_NEGATIVE``), gamma and tau <= 1."""
+    for f in fields(section):
+        v = getattr(section, f.name)
+        key = f"{name}.{f.name}"
+        if isinstance(v, bool) or not isinstance(v, (int, float, list)):
+            continue
+        if isinstance(v, list):
+            _check(bool(v) and all(isinstance(x, int) and x >= 1 for x in v), key, "a list of integers >= 1", v)
+        elif f.name in _NON_NEGATIVE:
+            _check(v >= 0, key, "a number >= 0", v)
+        else:
+            _check(v > 0, key, "a positive number", v)
+        if f.name in ("gamma", "tau", "epsilon_initial", "epsilon_final"):
+            _check(v <= 1, key, "a number in (0, 1]", v)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -388,6 +537,10 @@ def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
         return float(value)
     if hint is str:
         return str(value)
+    if origin is list:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            raise ConfigError(f"{where}: expected a list of integers such as [64, 64], got {value!r}")
+        return list(value)
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")

@@ -314,8 +314,9 @@ class WandbLogger:
 class CSVMetrics:
     """``metrics.csv``: one row per evaluation; rewritten atomically on each append.
 
-    Columns are fixed by the first row; later rows may only use those columns (missing ones are
-    left empty). Existing rows are loaded on construction so a resumed run appends.
+    Columns are those of the first row, extended by any new key a later row brings (earlier rows leave
+    it empty; e.g. ``loss`` appears once learning starts). Existing rows are loaded on construction so
+    a resumed run appends.
     """
 
     def __init__(self, path: Path) -> None:
@@ -330,9 +331,8 @@ class CSVMetrics:
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Add one row and rewrite the file atomically."""
-        if not self.columns:
-            self.columns = list(row.keys())
-        self.rows.append({k: row.get(k, "") for k in self.columns})
+        self.columns += [k for k in row if k not in self.columns]
+        self.rows.append(dict(row))
         self._write()
 
     def _write(self) -> None:
@@ -340,7 +340,7 @@ class CSVMetrics:
         writer = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore")
         writer.writeheader()
         for r in self.rows:
-            writer.writerow({k: _fmt(v) for k, v in r.items()})
+            writer.writerow({k: _fmt(r.get(k, "")) for k in self.columns})
         atomic_write_text(self.path, buf.getvalue())
 
     def truncate_after(self, env_steps: int) -> None:

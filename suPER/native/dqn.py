@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from suPER.config import ExperimentConfig, without_volatile
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
 from suPER.envs import make_env
 from suPER.evaluation import evaluate
+from suPER.loop import ProgressFn, Timer, resolve_device, to_numpy, to_torch
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import MultiAgentPER
 from suPER.runs import (
@@ -61,39 +61,8 @@ from suPER.runs import (
 CHECKPOINT_VERSION = 1
 """Format version of ``checkpoints/latest.pt``; a different version is refused on resume."""
 
-ProgressFn = Callable[[int, dict[str, float]], None]
-"""Called after every fragment with (env_steps, latest stats) - the CLI draws its progress bar with it."""
-
 SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
 """Envs whose original config used worker-side prioritization (only matters for legacy priorities)."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
-    return torch.device(name)
-
-
-class Timer:
-    """Accumulates wall time per phase (perf/ metrics): ``with timer("env"): ...``."""
-
-    def __init__(self) -> None:
-        self.total: dict[str, float] = {}
-        self._phase = ""
-        self._t0 = 0.0
-
-    def __call__(self, phase: str) -> Timer:
-        self._phase = phase
-        return self
-
-    def __enter__(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.total[self._phase] = self.total.get(self._phase, 0.0) + time.perf_counter() - self._t0
 
 
 def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
@@ -457,27 +426,3 @@ def load_checkpoint(path: Path, cfg: ExperimentConfig) -> dict[str, Any]:
         raise ValueError(f"--out: {path} was written by a different configuration; pass --overwrite to start the "
                          f"run over, or use another --tag")
     return state
-
-
-def to_torch(obj: Any) -> Any:
-    """numpy arrays -> tensors and numpy scalars -> Python numbers, recursively (for ``weights_only`` loads)."""
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())  # (ascontiguousarray makes 0-d 1-d)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, dict):
-        return {k: to_torch(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_torch(v) for v in obj)
-    return obj
-
-
-def to_numpy(obj: Any, keep: tuple[str, ...] = ()) -> Any:
-    """Inverse of :func:`to_torch` (tensors -> numpy), leaving the top-level keys in ``keep`` as they are."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numpy()
-    if isinstance(obj, dict):
-        return {k: v if k in keep else to_numpy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_numpy(v) for v in obj]
-    return obj

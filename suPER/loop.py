@@ -1,0 +1,288 @@
+"""What every native trainer shares around its update rule: envs, evaluation schedule, metrics rows,
+checkpoints, resume and the run summary.
+
+A trainer owns its networks, buffers and loss; ``RunLoop`` owns the rest, so the baselines (SEAC,
+MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
+
+    loop = RunLoop(cfg, folder, logger, progress)
+    state = loop.restore()                       # None for a fresh run, else what loop.save() stored
+    obs = loop.reset_envs()                      # one obs_NO per training env
+    if state is None:
+        loop.evaluate(greedy)                    # the step-0 row
+        loop.save(trainer_state())
+    while not loop.done:
+        ...act in every env, step, learn...
+        for done_env_return in finished_episodes: loop.episode_finished(done_env_return)
+        if loop.tick(num_envs):                  # counts env steps; True when an evaluation is due
+            loop.evaluate(greedy, {"loss": ...})
+        if loop.checkpoint_due:
+            loop.save(trainer_state())
+        loop.report_progress()
+    return loop.finish(greedy, final_state)      # last evaluation if needed, final.pt, close envs
+
+Evaluation happens at exact multiples of ``run.resolved_eval_interval`` env steps (env steps summed
+over parallel envs), on a separate env with greedy actions (``suPER.evaluation.evaluate``), and
+writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
+``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
+time excluded), ``wall_time_s`` and whatever the trainer adds.
+
+Checkpoints: ``save(state)`` writes ``checkpoints/latest.pt`` atomically with the trainer's state plus
+the loop's counters, torch's RNG and bookkeeping; ``restore()`` reads it back when the folder holds one
+(``suPER.campaigns.execute`` deletes it for fresh starts), drops metrics rows logged after it and
+returns the trainer's part. Env states are not saved (see docs/decisions.md): after a resume the
+training envs restart from seeds derived from (seed, env_steps).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from suPER.config import ExperimentConfig, without_volatile
+from suPER.envs import MultiAgentEnv, make_env
+from suPER.evaluation import ActFn, evaluate
+from suPER.runs import (
+    CSVMetrics,
+    Logger,
+    NoLogger,
+    RunFolder,
+    Summary,
+    atomic_write_bytes,
+    namespaced_metrics,
+    seed_everything,
+)
+
+LOOP_CHECKPOINT_VERSION = 1
+"""Format version of the ``latest.pt`` files ``RunLoop.save`` writes; another version is refused on resume."""
+
+ProgressFn = Callable[[int, dict[str, float]], None]
+"""Called after every iteration with (env_steps, latest stats) - the CLI draws its progress bar with it."""
+
+ENV_SEED_STRIDE = 1_000
+"""Training env i of a run is seeded with seed + env.seed_offset + i * ENV_SEED_STRIDE."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
+    return torch.device(name)
+
+
+class Timer:
+    """Accumulates wall time per phase (perf/ metrics): ``with timer("env"): ...``."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self._phase = ""
+        self._t0 = 0.0
+
+    def __call__(self, phase: str) -> Timer:
+        self._phase = phase
+        return self
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.total[self._phase] = self.total.get(self._phase, 0.0) + time.perf_counter() - self._t0
+
+
+def to_torch(obj: Any) -> Any:
+    """numpy arrays -> tensors and numpy scalars -> Python numbers, recursively (for ``weights_only`` loads)."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj if obj.flags.c_contiguous else obj.copy())  # (ascontiguousarray makes 0-d 1-d)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: to_torch(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_torch(v) for v in obj)
+    return obj
+
+
+def to_numpy(obj: Any, keep: tuple[str, ...] = ()) -> Any:
+    """Inverse of :func:`to_torch` (tensors -> numpy), leaving the top-level keys in ``keep`` as they are."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numpy()
+    if isinstance(obj, dict):
+        return {k: v if k in keep else to_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_numpy(v) for v in obj]
+    return obj
+
+
+class RunLoop:
+    """Envs, evaluation schedule, metrics, checkpoints and resume of one run (see the module docstring).
+
+    Attributes:
+        cfg: the run's config.
+        device: torch device for the trainer's networks (``run.device`` resolved).
+        envs: the training envs (``num_envs`` of them, seeded ``seed + seed_offset + i * ENV_SEED_STRIDE``).
+        eval_env: the evaluation env (its own seed, continuing its RNG across evaluations).
+        spec: the learning team's ``EnvSpec``.
+        env_steps: env steps taken so far, summed over the training envs.
+        timer: wall time per phase; ``eval`` and ``checkpoint`` are excluded from the throughput.
+        last_eval: the latest metrics row.
+    """
+
+    def __init__(self, cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
+                 progress: ProgressFn | None = None, num_envs: int = 1) -> None:
+        run = cfg.run
+        self.cfg, self.folder, self.logger, self.progress = cfg, folder, logger or NoLogger(), progress
+        self.device = resolve_device(run.device)
+        if run.threads > 0:
+            torch.set_num_threads(run.threads)
+        self.seed = run.seed
+        seed_everything(self.seed)
+        self.t_start = time.perf_counter()
+        self._train_seed = self.seed + cfg.env.seed_offset
+        self.envs: list[MultiAgentEnv] = [make_env(cfg.env, seed=self._train_seed + i * ENV_SEED_STRIDE)
+                                          for i in range(num_envs)]
+        self.eval_seed = self._train_seed + cfg.env.eval_seed_offset
+        self.eval_env = make_env(cfg.env, seed=self.eval_seed)
+        self.eval_env.reset(seed=self.eval_seed)  # seed its RNG once; evaluation episodes continue from it
+        self.spec = self.envs[0].spec
+        folder.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.latest: Path = folder.checkpoints / "latest.pt"
+        self.metrics = CSVMetrics(folder.metrics)
+        self.eval_every = run.resolved_eval_interval
+        self.env_steps = 0
+        self.next_eval = self.eval_every
+        self.timer = Timer()
+        self.train_returns: deque[float] = deque(maxlen=20)
+        self.last_eval: dict[str, Any] = {}
+        self.checkpoint_due = False
+        self._resumed = False
+
+    # ---- schedule
+
+    @property
+    def done(self) -> bool:
+        """The budget ``run.num_timesteps`` is spent."""
+        return self.env_steps >= self.cfg.run.num_timesteps
+
+    def tick(self, n: int = 1) -> bool:
+        """Count ``n`` env steps; True when an evaluation is due (``evaluate`` then moves the schedule on)."""
+        self.env_steps += n
+        return self.env_steps >= self.next_eval
+
+    def episode_finished(self, team_return: float) -> None:
+        """Record a finished training episode's team return (for ``train_return_mean``)."""
+        self.train_returns.append(float(team_return))
+
+    def reset_envs(self) -> list[np.ndarray]:
+        """Reset every training env; fresh runs use the run's env seeds, resumed runs seeds tied to env_steps."""
+        base = self._train_seed + (self.env_steps if self._resumed else 0)
+        return [env.reset(seed=base + i * ENV_SEED_STRIDE) for i, env in enumerate(self.envs)]
+
+    # ---- evaluation and logging
+
+    def overhead(self) -> float:
+        """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
+        return self.timer.total.get("eval", 0.0) + self.timer.total.get("checkpoint", 0.0)
+
+    def evaluate(self, act: ActFn, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Greedy evaluation episodes on the evaluation env; append the metrics row and log it.
+
+        Args:
+            act: ``(obs_NO, alive_N) -> actions_N`` of the learning team.
+            extra: trainer columns (loss, entropy, ...) for this row.
+
+        Returns:
+            The row written to metrics.csv.
+        """
+        with self.timer("eval"):
+            res = evaluate(self.eval_env, act, self.cfg.run.eval_episodes)
+        elapsed = time.perf_counter() - self.t_start
+        row: dict[str, Any] = {"env_steps": self.env_steps, **res.as_row(self.spec.learner_ids)}
+        row["train_return_mean"] = float(np.mean(self.train_returns)) if self.train_returns else float("nan")
+        row.update(extra or {})
+        row["env_steps_per_sec"] = self.env_steps / max(elapsed - self.overhead(), 1e-9)
+        row["wall_time_s"] = elapsed
+        self.metrics.append(row)
+        self.logger.log(namespaced_metrics(row, self.timer.total), step=self.env_steps)
+        while self.next_eval <= self.env_steps:
+            self.next_eval += self.eval_every
+        self.last_eval = row
+        self.checkpoint_due = True
+        return row
+
+    def report_progress(self) -> None:
+        """Tell the progress callback (the CLI's bar) where the run is."""
+        if self.progress is not None:
+            self.progress(self.env_steps, {
+                "team_return": self.last_eval.get("team_return_mean", float("nan")),
+                "train_return": float(np.mean(self.train_returns)) if self.train_returns else float("nan")})
+
+    # ---- checkpoints
+
+    def save(self, trainer_state: dict[str, Any]) -> None:
+        """Write ``latest.pt`` atomically: the trainer's state (tensors, numpy arrays, generator states,
+        numbers) plus the loop's counters, torch's RNG, timings and bookkeeping."""
+        state = {
+            "version": LOOP_CHECKPOINT_VERSION, "config": self.cfg.to_dict(),
+            "loop": {"env_steps": self.env_steps, "next_eval": self.next_eval, "train_returns": list(self.train_returns),
+                     "last_eval": self.last_eval, "timings": dict(self.timer.total),
+                     "elapsed_s": time.perf_counter() - self.t_start, "torch_rng": torch.get_rng_state()},
+            "trainer": trainer_state,
+        }
+        with self.timer("checkpoint"):
+            atomic_write_bytes(self.latest, lambda p: torch.save(to_torch(state), p))
+        self.checkpoint_due = False
+
+    def restore(self) -> dict[str, Any] | None:
+        """Continue from ``latest.pt`` when the folder holds one: restore the loop, return the trainer's state.
+
+        Arrays come back as tensors (``load_state_dict`` takes them; use ``to_numpy`` for numpy state).
+
+        Raises:
+            ValueError: the checkpoint has another format version or another configuration.
+        """
+        if not self.latest.exists():
+            return None
+        raw = torch.load(self.latest, map_location="cpu", weights_only=True)
+        if raw.get("version") != LOOP_CHECKPOINT_VERSION:
+            raise ValueError(f"--out: {self.latest} has checkpoint format {raw.get('version')!r}, expected "
+                             f"{LOOP_CHECKPOINT_VERSION}; pass --overwrite to start the run over")
+        if without_volatile(raw["config"]) != without_volatile(self.cfg.to_dict()):
+            raise ValueError(f"--out: {self.latest} was written by a different configuration; pass --overwrite "
+                             f"to start the run over, or use another --tag")
+        loop = raw["loop"]
+        self.env_steps, self.next_eval = int(loop["env_steps"]), int(loop["next_eval"])
+        self.train_returns.extend(float(x) for x in loop["train_returns"])
+        self.last_eval = dict(loop["last_eval"])
+        self.timer.total.update(loop["timings"])
+        self.t_start -= float(loop["elapsed_s"])
+        torch.set_rng_state(loop["torch_rng"])
+        self.metrics.truncate_after(self.env_steps)  # rows logged after the checkpoint are logged again
+        self.eval_env.reset(seed=self.eval_seed + self.env_steps)
+        self._resumed = True
+        return raw["trainer"]
+
+    def finish(self, act: ActFn, final_state: dict[str, Any], extra: dict[str, Any] | None = None) -> Summary:
+        """Evaluate at the final step (unless just done), write ``final.pt`` (networks for later use), close envs.
+
+        Args:
+            act: greedy policy of the learning team.
+            final_state: what ``final.pt`` holds besides counters and config (state dicts of the networks).
+            extra: trainer columns for a final metrics row.
+        """
+        if self.last_eval.get("env_steps") != self.env_steps:
+            self.evaluate(act, extra)
+        state = {**final_state, "env_steps": self.env_steps, "config": self.cfg.to_dict()}
+        atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch.save(to_torch(state), p))
+        for env in [*self.envs, self.eval_env]:
+            env.close()
+        wall = time.perf_counter() - self.t_start
+        return Summary(self.folder.path, self.env_steps, float(self.last_eval["team_return_mean"]),
+                       self.env_steps / max(wall - self.overhead(), 1e-9), wall, dict(self.timer.total))
+
