@@ -5,17 +5,14 @@ iteration is one rollout fragment of ``rollout_fragment_length`` env steps, in t
 (REFERENCE 1.3): act, step, record (for each env step), then store, relay, learn, sync target,
 evaluate/log, checkpoint.
 
-Checkpoints and resume: at the end of every fragment in which an evaluation ran (and after the step-0
-evaluation) the trainer writes ``checkpoints/latest.pt`` atomically: networks, target, optimizer, the
-replay buffers (unless ``run.checkpoint_replay`` is false), the numpy generators of exploration, replay
-sampling and the relay, torch's RNG, the relay windows, counters and the evaluation bookkeeping. When
-the run folder already holds ``latest.pt``, ``train`` continues from it: metrics.csv rows logged after
-the checkpoint are dropped and training resumes at the checkpoint's env step. Callers decide whether a
-folder is resumed (``suPER.campaigns.execute`` removes ``latest.pt`` for a fresh start).
-Not restored: the environments' internal state. The training episode in progress at the checkpoint
-is abandoned and both envs are reset with seeds derived from (seed, env_steps), so a resumed run is a
-valid continuation with the same budget, evaluation schedule and update count, but not bit-identical
-to an uninterrupted run.
+Envs, the evaluation schedule, metrics.csv, checkpoints and resume come from ``suPER.loop.RunLoop``
+(shared with the baseline trainers). At the end of every fragment in which an evaluation ran (and after
+the step-0 evaluation) the trainer checkpoints ``latest.pt``: networks, target, optimizer, the replay
+buffers (unless ``run.checkpoint_replay`` is false), the numpy generators of exploration, replay sampling
+and the relay, the relay windows and counters (the loop adds its own counters and torch's RNG). When the
+run folder already holds ``latest.pt``, ``train`` continues from it. Not restored: the environments'
+internal state, so a resumed run is a valid continuation with the same budget, evaluation schedule and
+update count, but not bit-identical to an uninterrupted run.
 
 All N learners' Q-networks are one ``BatchedQNet`` (P = N policies, or P = 1 with parameter
 sharing), so acting, TD computation and the update are one batched call each. Replay is one
@@ -30,36 +27,23 @@ separate optimisers) and each policy's gradient is clipped to norm ``grad_clip``
 from __future__ import annotations
 
 import copy
-import time
-from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suPER.config import ExperimentConfig, without_volatile
+from suPER.config import ExperimentConfig
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
-from suPER.envs import make_env
-from suPER.evaluation import evaluate
-from suPER.loop import ProgressFn, Timer, resolve_device, to_numpy, to_torch
+from suPER.loop import ProgressFn, RunLoop, to_numpy, to_torch  # noqa: F401 (to_torch re-exported)
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import MultiAgentPER
 from suPER.runs import (
-    CSVMetrics,
     Logger,
-    NoLogger,
     RunFolder,
     Summary,
-    atomic_write_bytes,
-    namespaced_metrics,
-    seed_everything,
 )
-
-CHECKPOINT_VERSION = 1
-"""Format version of ``checkpoints/latest.pt``; a different version is refused on resume."""
 
 SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
 """Envs whose original config used worker-side prioritization (only matters for legacy priorities)."""
@@ -78,22 +62,12 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     Returns:
         Summary of the run.
     """
-    logger = logger or NoLogger()
     d, rc, run = cfg.dqn, cfg.relay, cfg.run
-    device = resolve_device(run.device)
-    if run.threads > 0:
-        torch.set_num_threads(run.threads)
-    seed = run.seed
-    seed_everything(seed)  # torch init of the networks; every other component gets its own generator
+    # ---- seed, envs, evaluation schedule, metrics and checkpoints: the shared RunLoop
+    loop = RunLoop(cfg, folder, logger, progress)
+    device, seed, spec, timer = loop.device, run.seed, loop.spec, loop.timer
+    env = loop.envs[0]
     rng = np.random.default_rng(seed)  # exploration draws
-    t_start = time.perf_counter()
-
-    # ---- envs: training env seeded with seed + offset, evaluation env with a distinct seed
-    env = make_env(cfg.env, seed=seed + cfg.env.seed_offset)
-    eval_seed = seed + cfg.env.seed_offset + cfg.env.eval_seed_offset
-    eval_env = make_env(cfg.env, seed=eval_seed)
-    eval_env.reset(seed=eval_seed)  # seed its RNG once; evaluation episodes continue from it
-    spec = env.spec
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d.parameter_sharing else n_agents
     policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d.parameter_sharing else np.arange(n_agents)
@@ -124,7 +98,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         return net(torch.as_tensor(obs, device=device).float())
 
     @torch.no_grad()
-    def greedy(obs_NO: np.ndarray) -> np.ndarray:
+    def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
         """Greedy action per learner: one batched forward, obs grouped by policy."""
         q_PBA = q_values(q_net, obs_NO.reshape(n_pol, n_agents // n_pol, *obs_shape))
         return q_PBA.argmax(-1).reshape(n_agents).cpu().numpy()
@@ -157,117 +131,74 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         return q_sa - td_target(rewards, next_obs, dones), q_sa
 
     # ---- bookkeeping
-    folder.checkpoints.mkdir(parents=True, exist_ok=True)
-    latest = folder.checkpoints / "latest.pt"
-    metrics = CSVMetrics(folder.metrics)
-    eval_every = run.resolved_eval_interval
-    timer = Timer()
-    env_steps, updates, last_target_sync, next_eval = 0, 0, 0, eval_every
+    updates, last_target_sync = 0, 0
     learn_after = d.learning_starts  # updates run while env_steps > learn_after (raised on resume without replay)
-    train_returns: deque[float] = deque(maxlen=20)
     losses: list[float] = []
     relay_fraction: list[np.ndarray] = []
     relay_received = np.zeros(n_agents, dtype=np.int64)
-    last_eval: dict[str, float] = {}
     ep_return_N = np.zeros(n_agents)
     T = d.rollout_fragment_length
     frag = Fragment.empty(T, n_agents, obs_shape)
-    checkpoint_due = False
 
-    def overhead() -> float:
-        """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
-        return timer.total.get("eval", 0.0) + timer.total.get("checkpoint", 0.0)
-
-    def do_eval() -> None:
-        nonlocal last_eval, checkpoint_due
-        checkpoint_due = True
-        with timer("eval"):
-            res = evaluate(eval_env, lambda o, a: greedy(o), run.eval_episodes)
-        elapsed = time.perf_counter() - t_start
-        row: dict[str, Any] = {"env_steps": env_steps, **res.as_row(spec.learner_ids)}
-        row.update({
-            "train_return_mean": float(np.mean(train_returns)) if train_returns else float("nan"),
-            "loss": float(np.mean(losses)) if losses else float("nan"),
-            "epsilon": d.epsilon(env_steps),
-            "updates": updates,
-            "env_steps_per_sec": env_steps / max(elapsed - overhead(), 1e-9),
-            "wall_time_s": elapsed,
-        })
+    def eval_columns() -> dict[str, Any]:
+        """This trainer's metrics.csv columns (the loop adds env_steps, returns, throughput, wall time)."""
+        row: dict[str, Any] = {"loss": float(np.mean(losses)) if losses else float("nan"),
+                               "epsilon": d.epsilon(loop.env_steps), "updates": updates}
         if relay is not None:
             frac_N = np.mean(relay_fraction, axis=0) if relay_fraction else np.zeros(n_pol)
             row["fraction_shared_mean"] = float(frac_N[relay.participants_N].mean()) if relay.active else 0.0
             row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
             row["relayed_rows_total"] = int(relay_received.sum())
-        metrics.append(row)
-        logger.log(namespaced_metrics(row, timer.total), step=env_steps)
         losses.clear()
         relay_fraction.clear()
-        last_eval = row
+        return row
 
-    def checkpoint() -> None:
-        """Write latest.pt with everything the loop needs to continue (atomically)."""
-        nonlocal checkpoint_due
-        state = {
-            "version": CHECKPOINT_VERSION, "config": cfg.to_dict(),
-            "env_steps": env_steps, "updates": updates, "last_target_sync": last_target_sync,
-            "next_eval": next_eval, "learn_after": learn_after,
+    def trainer_state() -> dict[str, Any]:
+        """Everything besides the loop's counters that the loop needs to continue (see the module docstring)."""
+        return {
+            "updates": updates, "last_target_sync": last_target_sync, "learn_after": learn_after,
             "q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
             "replay": buffer.state_dict(copy=False) if run.checkpoint_replay else None,
-            "rng": {"explore": rng.bit_generator.state, "replay": buffer.rng.bit_generator.state,
-                    "torch": torch.get_rng_state()},
+            "rng": {"explore": rng.bit_generator.state, "replay": buffer.rng.bit_generator.state},
             "relay": relay.state_dict() if relay is not None else None,
-            "relay_received": relay_received, "relay_fraction": list(relay_fraction),
-            "train_returns": list(train_returns), "losses": list(losses), "last_eval": last_eval,
-            "timings": dict(timer.total), "elapsed_s": time.perf_counter() - t_start,
+            "relay_received": relay_received, "relay_fraction": list(relay_fraction), "losses": list(losses),
         }
-        with timer("checkpoint"):
-            atomic_write_bytes(latest, lambda p: torch.save(to_torch(state), p))
-        checkpoint_due = False
 
     # ---- resume: continue from this folder's latest checkpoint, if there is one
-    if latest.exists():
-        state = load_checkpoint(latest, cfg)
-        env_steps, updates, last_target_sync = state["env_steps"], state["updates"], state["last_target_sync"]
-        next_eval, learn_after = state["next_eval"], state["learn_after"]
+    saved = loop.restore()
+    if saved is not None:
+        state = to_numpy(saved, keep=("q_net", "target_net", "optimizer"))
+        updates, last_target_sync, learn_after = state["updates"], state["last_target_sync"], state["learn_after"]
         q_net.load_state_dict(state["q_net"])
         target_net.load_state_dict(state["target_net"])
         optimizer.load_state_dict(state["optimizer"])
         if state["replay"] is not None:
             buffer.load_state_dict(state["replay"])
         else:  # refill the empty buffers before learning again
-            learn_after = env_steps + d.learning_starts
+            learn_after = loop.env_steps + d.learning_starts
         rng.bit_generator.state = state["rng"]["explore"]
         buffer.rng.bit_generator.state = state["rng"]["replay"]
-        torch.set_rng_state(state["rng"]["torch"])
         if relay is not None and state["relay"] is not None:
             relay.load_state_dict(state["relay"])
         relay_received[:] = state["relay_received"]
         relay_fraction[:] = list(state["relay_fraction"])
-        train_returns.extend(state["train_returns"])
         losses[:] = state["losses"]
-        last_eval = dict(state["last_eval"])
-        timer.total.update(state["timings"])
-        t_start -= state["elapsed_s"]
-        metrics.truncate_after(env_steps)  # rows logged after the checkpoint are logged again below
-        # the envs' internal state is not checkpointed: start fresh episodes from seeds tied to env_steps
-        eval_env.reset(seed=eval_seed + env_steps)
-        obs_NO = env.reset(seed=seed + cfg.env.seed_offset + env_steps)
-    else:
-        obs_NO = env.reset(seed=seed + cfg.env.seed_offset)
-        do_eval()  # step 0: the untrained greedy policy
-        checkpoint()
+    obs_NO = loop.reset_envs()[0]  # env state is not checkpointed: a resumed run starts fresh episodes
+    if saved is None:
+        loop.evaluate(greedy, eval_columns())  # step 0: the untrained greedy policy
+        loop.save(trainer_state())
 
     # ---- loop: one iteration = one rollout fragment
     alive_N = np.ones(n_agents, dtype=bool)
-    while env_steps < run.num_timesteps:
+    while not loop.done:
         frag.valid_TN[:] = False
         for t in range(T):
-            if env_steps >= run.num_timesteps:
+            if loop.done:
                 break
             # act: epsilon-greedy with epsilon scheduled by env steps
             with timer("act"):
                 actions_N = greedy(obs_NO)
-                explore_N = rng.random(n_agents) < d.epsilon(env_steps)
+                explore_N = rng.random(n_agents) < d.epsilon(loop.env_steps)
                 actions_N = np.where(explore_N, rng.integers(0, n_actions, n_agents), actions_N)
             # step
             with timer("env"):
@@ -277,12 +208,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             frag.obs_TNO[t], frag.next_obs_TNO[t], frag.action_TN[t] = obs_NO, res.obs_NO, actions_N
             frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, alive_N
             ep_return_N += np.where(alive_N, res.reward_N, 0.0)
-            env_steps += 1
-            if env_steps >= next_eval:  # evaluate at exact multiples of the interval, on its own env
-                do_eval()
-                next_eval += eval_every
+            if loop.tick():  # evaluate at exact multiples of the interval, on its own env
+                loop.evaluate(greedy, eval_columns())
             if res.episode_over:
-                train_returns.append(float(ep_return_N.sum()))
+                loop.episode_finished(ep_return_N.sum())
                 ep_return_N[:] = 0.0
                 obs_NO, alive_N = env.reset(), np.ones(n_agents, dtype=bool)
             else:
@@ -307,7 +236,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 relay_received += plan.received_N
 
         # learn: one gradient step of every policy on its own prioritized batch
-        if env_steps > learn_after:
+        if loop.env_steps > learn_after:
             with timer("learn"):
                 b = buffer.sample(batch_per_policy)
                 td, _ = td_and_q(b.obs, b.actions, b.rewards, b.next_obs, b.dones)
@@ -321,29 +250,18 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 losses.append(float(loss_P.detach().mean()))
                 updates += 1
             # sync target: hard copy every target_update_freq env steps (first sync at the first update)
-            if env_steps - last_target_sync >= d.target_update_freq or updates == 1:
+            if loop.env_steps - last_target_sync >= d.target_update_freq or updates == 1:
                 target_net.load_state_dict(q_net.state_dict())
-                last_target_sync = env_steps
+                last_target_sync = loop.env_steps
 
         # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
-        if checkpoint_due:
-            checkpoint()
+        if loop.checkpoint_due:
+            loop.save(trainer_state())
+        loop.report_progress()
 
-        if progress is not None:
-            progress(env_steps, {"team_return": last_eval.get("team_return_mean", float("nan")),
-                                 "train_return": float(np.mean(train_returns)) if train_returns else float("nan")})
-
-    # ---- final evaluation and save
-    if last_eval.get("env_steps") != env_steps:
-        do_eval()
-        checkpoint()
-    save_checkpoint(folder.checkpoints / "final.pt", q_net, target_net, optimizer, env_steps, updates, cfg)
-    env.close()
-    eval_env.close()
-    wall = time.perf_counter() - t_start
-    train_time = wall - overhead()
-    return Summary(folder.path, env_steps, float(last_eval["team_return_mean"]), env_steps / max(train_time, 1e-9),
-                   wall, dict(timer.total))
+    # ---- final evaluation (unless the last step evaluated) and final.pt (networks, optimizer, counters)
+    return loop.finish(greedy, {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(),
+                                "optimizer": optimizer.state_dict(), "updates": updates}, eval_columns())
 
 
 @dataclass
@@ -401,28 +319,3 @@ def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: n
         priority = insertion_priorities(rule, td_NT[s_K, r_K], plan.receiver_K, eps, sender_side)
         buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority)
     return plan
-
-
-def save_checkpoint(path: Path, q_net: BatchedQNet, target_net: BatchedQNet, optimizer: torch.optim.Optimizer,
-                    env_steps: int, updates: int, cfg: ExperimentConfig) -> None:
-    """Networks, optimizer and counters (atomically written)."""
-    state = {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(), "optimizer": optimizer.state_dict(),
-             "env_steps": env_steps, "updates": updates, "config": cfg.to_dict()}
-    atomic_write_bytes(path, lambda p: torch.save(state, p))
-
-
-def load_checkpoint(path: Path, cfg: ExperimentConfig) -> dict[str, Any]:
-    """Read ``latest.pt`` for resuming ``cfg``; numpy state comes back as numpy arrays.
-
-    Raises:
-        ValueError: the checkpoint has another format version or was written for another configuration.
-    """
-    state = to_numpy(torch.load(path, map_location="cpu", weights_only=True), keep=("q_net", "target_net",
-                                                                                     "optimizer", "rng"))
-    if state.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"--out: {path} has checkpoint format {state.get('version')!r}, expected "
-                         f"{CHECKPOINT_VERSION}; pass --overwrite to start the run over")
-    if without_volatile(state["config"]) != without_volatile(cfg.to_dict()):
-        raise ValueError(f"--out: {path} was written by a different configuration; pass --overwrite to start the "
-                         f"run over, or use another --tag")
-    return state

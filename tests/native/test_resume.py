@@ -105,8 +105,9 @@ def test_resume_after_the_last_checkpoint_restores_networks_and_counters(tmp_pat
     with pytest.raises(Interrupt):
         campaigns.execute(cfg, progress=interrupt_at(300))
     run_dir = tmp_path / cfg.run_name
-    latest = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
-    assert latest["env_steps"] == 300 and rows(run_dir) == [0, 100, 200, 300]
+    saved = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+    latest = saved["trainer"]
+    assert saved["loop"]["env_steps"] == 300 and rows(run_dir) == [0, 100, 200, 300]
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
     summary = campaigns.execute(cfg)
     assert summary.env_steps == 300 and rows(run_dir) == [0, 100, 200, 300]
@@ -124,8 +125,9 @@ def test_resume_mid_run_with_and_without_replay_in_the_checkpoint(tmp_path: Path
     with pytest.raises(Interrupt):
         campaigns.execute(cfg, progress=interrupt_at(330))  # killed between the evaluations at 300 and 400
     run_dir = tmp_path / cfg.run_name
-    state = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
-    assert state["env_steps"] == 300 and (state["replay"] is not None) == checkpoint_replay
+    saved = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+    state = saved["trainer"]
+    assert saved["loop"]["env_steps"] == 300 and (state["replay"] is not None) == checkpoint_replay
     if checkpoint_replay:
         assert int(state["replay"]["size"].min()) >= 300  # own rows of 300 steps (plus relayed copies)
     assert rows(run_dir) == [0, 100, 200, 300]
