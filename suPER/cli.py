@@ -426,7 +426,7 @@ def compare(
 
 
 # --------------------------------------------------------------------------------------------------
-# grid: campaigns from grid files (suPER/campaigns.py)
+# grid: campaigns from grid files (suPER/campaigns/)
 
 grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
                        "(experiments/paper_grid.yaml, bandwidth_sweep.yaml, smoke.yaml).")

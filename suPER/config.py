@@ -436,7 +436,8 @@ def _check_positive(name: str, section: Any) -> None:
             continue
         if isinstance(v, list):
             _check(bool(v) and all(isinstance(x, int) and x >= 1 for x in v), key, "a list of integers >= 1", v)
-        elif f.name in _NON_NEGATIVE:
+            continue
+        if f.name in _NON_NEGATIVE:
             _check(v >= 0, key, "a number >= 0", v)
         else:
             _check(v > 0, key, "a positive number", v)

@@ -1,0 +1,272 @@
+"""Many runs on one machine (or an existing Ray cluster) through Ray Tune: one function trial per grid run,
+each calling ``execute`` into its normal run folder, with a live progress table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suPER import config as C
+from suPER.campaigns.execute import execute, first_difference
+from suPER.campaigns.grid import Grid, GridRun
+
+# --------------------------------------------------------------------------------------------------
+# many runs: Ray Tune, one trial per run
+
+
+@dataclass
+class Plan:
+    """What ``grid run`` will do with the selected runs of a grid."""
+
+    todo: list[GridRun]
+    """runs to start fresh or resume"""
+    finished: list[GridRun]
+    """runs whose folder already holds a finished run (skipped)"""
+    pending: list[GridRun]
+    """entries whose trainer has not landed (skipped)"""
+    resumable: list[str] = field(default_factory=list)
+    """run folders of ``todo`` that will resume from a checkpoint"""
+
+
+def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
+    """Sort runs into to-do / finished / pending, and refuse unfinished folders of another configuration.
+
+    Raises:
+        RunFolderError: an unfinished run folder holds a different configuration (nothing has run yet).
+    """
+    import json
+
+    from suPER import runs
+
+    plan = Plan([], [], [])
+    for run in runs_:
+        if run.pending:
+            plan.pending.append(run)
+            continue
+        folder = runs.RunFolder(out / run.run_name)
+        status = folder.status()
+        if status == runs.FINISHED:
+            plan.finished.append(run)
+            continue
+        if status is not None and (folder.checkpoints / "latest.pt").exists():
+            cfg = run.config(out=out)
+            try:
+                old = json.loads(folder.config.read_text())
+            except (OSError, ValueError):
+                old = {}
+            if C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
+                raise runs.RunFolderError(
+                    f"--out: {folder.path} holds an unfinished run of a different configuration "
+                    f"({first_difference(C.without_volatile(old), C.without_volatile(cfg.to_dict()))}); "
+                    f"remove it or choose another --out")
+            plan.resumable.append(run.run_name)
+        plan.todo.append(run)
+    return plan
+
+
+def _trainable(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable: build the run's config and train it into its run folder."""
+    import time
+
+    from ray import tune
+
+    run = GridRun.from_dict(config["run"])
+    cfg = run.config(out=config["out"], progress=False, threads=config["threads"], device=config["device"],
+                     **config.get("run_fields", {}))
+    budget = cfg.run.num_timesteps
+    last = [0.0]
+
+    def progress(env_steps: int, stats: dict[str, float]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= config["report_every_s"]:
+            last[0] = now
+            tune.report({"env_steps": env_steps, "budget": budget, "team_return": stats.get("team_return"),
+                         "done": False})
+
+    summary = execute(cfg, progress=progress, extra_manifest={"grid": config["grid"], "grid_entry": run.entry})
+    tune.report({"env_steps": summary.env_steps, "budget": budget, "team_return": summary.final_team_return,
+                 "env_steps_per_sec": summary.env_steps_per_sec, "done": True})
+
+
+def init_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> str:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), or start Ray embedded on loopback only.
+
+    The embedded instance has no dashboard and listens on 127.0.0.1; Ray's token authentication is
+    disabled for it (``RAY_AUTH_MODE=disabled`` unless set), since nothing outside this machine can
+    reach it.
+
+    Returns:
+        ``"cluster <address>"`` or ``"local"``.
+    """
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return f"cluster {address}"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, include_dashboard=False,
+             _node_ip_address="127.0.0.1", log_to_driver=False, configure_logging=True,
+             logging_level="WARNING")
+    return "local"
+
+
+def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: float = 1.0,
+             gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = 1,
+             console: Any = None, run_fields: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """Run the selected runs of ``grid`` through Ray Tune, one trial per run, each into ``out/<run name>``.
+
+    Finished runs are skipped, unfinished ones resume from their latest checkpoint (in the trial, via
+    :func:`execute`), pending entries are skipped. A trial that fails is retried ``max_failures`` times
+    (each retry resumes from the run's checkpoint).
+
+    Args:
+        grid: the expanded grid.
+        runs_: the runs to consider (e.g. ``grid.select(filters)``).
+        out: campaign folder holding the run folders.
+        cpus_per_trial: CPUs reserved per run (also its torch thread count, rounded, at least 1).
+        gpus_per_trial: GPUs reserved per run (> 0 puts the networks on CUDA).
+        address: Ray cluster to use; None = ``RAY_ADDRESS`` or an embedded local instance.
+        max_failures: retries per failing trial.
+        console: rich console for the live table (None: a new one on stderr).
+        run_fields: ``run.*`` settings for every run that do not change results (W&B logging).
+
+    Returns:
+        Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``.
+    """
+    import sys
+    import time
+
+    from rich.console import Console
+
+    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    out = Path(out).resolve()
+    plan = plan_runs(runs_, out)
+    outcome: dict[str, list[str]] = {"finished": [], "skipped": [r.run_name for r in plan.finished], "failed": [],
+                                     "pending": [r.entry for r in plan.pending]}
+    if plan.finished:
+        console.print(f"skipping {len(plan.finished)} finished run(s)")
+    if plan.pending:
+        console.print(f"skipping {len(plan.pending)} pending run(s) (trainer not available yet)")
+    if not plan.todo:
+        console.print("nothing to run")
+        return outcome
+    console.print(f"{len(plan.todo)} run(s) to train ({len(plan.resumable)} resuming from a checkpoint) -> {out}")
+
+    import os
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
+    import ray
+    from ray import tune
+
+    where = init_ray(address)
+    try:
+        threads = max(1, int(cpus_per_trial))
+        param = {"run": tune.grid_search([r.as_dict() for r in plan.todo]), "out": str(out), "threads": threads,
+                 "device": "cuda" if gpus_per_trial > 0 else "cpu", "grid": grid.name, "report_every_s": 2.0,
+                 "run_fields": dict(run_fields or {})}
+        table = _live_table(console, [r.run_name for r in plan.todo], where)
+
+        def trial_name(trial: Any) -> str:
+            return _trial_run_name(trial.config)
+
+        tuner = tune.Tuner(
+            tune.with_resources(_trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
+            param_space=param,
+            tune_config=tune.TuneConfig(trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+            run_config=tune.RunConfig(name=f"{grid.name}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                      storage_path=str(out / ".tune"), verbose=0, log_to_file=True,
+                                      failure_config=tune.FailureConfig(max_failures=max_failures),
+                                      callbacks=[table]),
+        )
+        with table:
+            results = tuner.fit()
+        for res in results:
+            name = _trial_run_name(res.config)
+            (outcome["failed"] if res.error else outcome["finished"]).append(name)
+            if res.error:
+                console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
+                              f"(log: {res.path})")
+    finally:
+        ray.shutdown()
+    return outcome
+
+
+def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
+    """A Tune callback that keeps a rich live table of every trial's progress (use it as a context manager)."""
+    import time
+
+    from ray.tune import Callback
+    from rich.live import Live
+    from rich.table import Table
+
+    class LiveTable(Callback):
+        def __init__(self, console: Any, run_names: Sequence[str], where: str) -> None:
+            # no closure over these: Tune pickles its callbacks (the class goes by value)
+            self.rows: dict[str, dict[str, Any]] = {n: {"status": "PENDING"} for n in run_names}
+            self.title = f"Ray Tune ({where})"
+            self.console: Any = console
+            self.live: Any = None
+            self.t0 = time.monotonic()
+
+        def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks; the live display stays here
+            return {"rows": self.rows, "title": self.title, "console": None, "live": None, "t0": self.t0}
+
+        def __enter__(self) -> LiveTable:
+            self.live = Live(self.render(), console=self.console, refresh_per_second=1, transient=False)
+            self.live.__enter__()
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            if self.live is not None:
+                self.live.update(self.render())
+                self.live.__exit__(None, None, None)
+                self.console.line()
+
+        def render(self) -> Table:
+            done = sum(r["status"] == "FINISHED" for r in self.rows.values())
+            table = Table(title=f"{self.title}: {done}/{len(self.rows)} runs finished, "
+                                f"{time.monotonic() - self.t0:.0f} s", title_justify="left")
+            for col in ("run", "status", "env steps", "eval team return", "steps/s"):
+                table.add_column(col, overflow="fold")
+            for name, r in self.rows.items():
+                steps = f"{r['env_steps']}/{r['budget']}" if "env_steps" in r else "-"
+                ret, sps = r.get("team_return"), r.get("env_steps_per_sec")
+                table.add_row(name, r["status"], steps, "-" if ret is None or ret != ret else f"{ret:.2f}",
+                              "-" if sps is None else f"{sps:.0f}")
+            return table
+
+        def _set(self, trial: Any, **values: Any) -> None:
+            self.rows.setdefault(_trial_run_name(trial.config), {}).update(values)
+            if self.live is not None:
+                self.live.update(self.render())
+
+        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._set(trial, status="RUNNING")
+
+        def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._set(trial, status="RETRYING")
+
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            keys = ("env_steps", "budget", "team_return", "env_steps_per_sec")
+            self._set(trial, **{k: result[k] for k in keys if k in result})
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._set(trial, status="FINISHED")
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._set(trial, status="ERROR")
+
+    return LiveTable(console, run_names, where)
+
+
+def _trial_run_name(config: dict[str, Any]) -> str:
+    """The run folder name of a trial, from its config (``{"run": GridRun.as_dict(), ...}``)."""
+    return str(config["run"]["_run_name"])
