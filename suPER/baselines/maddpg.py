@@ -65,11 +65,11 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     loop = RunLoop(cfg, folder, logger, progress)
     spec, device = loop.spec, loop.device
     N, A = spec.n_agents, spec.n_actions
-    O = int(np.prod(spec.obs_shape))
+    OBS = int(np.prod(spec.obs_shape))
 
     # ---- networks: N actors and N centralized critics, each set one batched module; soft-updated targets
-    actor = BatchedMLP(N, O, m.hiddens, A).to(device)
-    critic = BatchedMLP(N, N * (O + A), m.hiddens, 1).to(device)
+    actor = BatchedMLP(N, OBS, m.hiddens, A).to(device)
+    critic = BatchedMLP(N, N * (OBS + A), m.hiddens, 1).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=m.actor_lr)
@@ -77,20 +77,20 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- replay: joint transitions of the whole team, sampled uniformly
     buffer = UniformReplay(m.buffer_size, {
-        "obs": ((N, O), spec.obs_dtype), "next_obs": ((N, O), spec.obs_dtype), "action": ((N,), np.int64),
+        "obs": ((N, OBS), spec.obs_dtype), "next_obs": ((N, OBS), spec.obs_dtype), "action": ((N,), np.int64),
         "reward": ((N,), np.float32), "done": ((N,), np.float32), "alive": ((N,), bool),
         "next_alive": ((N,), bool)}, rng=np.random.default_rng(cfg.run.seed + 1))
 
     @torch.no_grad()
     def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
         """argmax of each actor's logits (evaluation)."""
-        logits_N1A = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, O))
+        logits_N1A = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))
         return logits_N1A[:, 0].argmax(-1).cpu().numpy()
 
     @torch.no_grad()
     def explore(obs_NO: np.ndarray) -> np.ndarray:
         """Gumbel-max sample of each actor's softmax(logits / temperature) (training)."""
-        logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, O))[:, 0]
+        logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))[:, 0]
         return (logits_NA / m.gumbel_temperature + sample_gumbel(logits_NA)).argmax(-1).cpu().numpy()
 
     def trainer_state() -> dict[str, Any]:
@@ -114,7 +114,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             buffer.load_state_dict(to_numpy(state["replay"], keep=("rng",)))
         else:  # refill the empty buffer before learning again
             learn_after = loop.env_steps + m.learning_starts
-    obs_NO = loop.reset_envs()[0].reshape(N, O)
+    obs_NO = loop.reset_envs()[0].reshape(N, OBS)
     if state is None:
         loop.evaluate(greedy)  # step 0: the untrained greedy policy
         loop.save(trainer_state())
@@ -137,7 +137,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         # step
         with loop.timer("env"):
             res = env.step(actions_N)
-        next_obs_NO = res.obs_NO.reshape(N, O)
+        next_obs_NO = res.obs_NO.reshape(N, OBS)
         done_N = res.terminated_N | (res.truncated_N & cfg.env.truncation_is_terminal)
         # store the joint transition (learners dead before the step are masked by alive)
         with loop.timer("store"):
@@ -149,7 +149,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         if res.episode_over:
             loop.episode_finished(ep_return)
             ep_return = 0.0
-            obs_NO, alive_N = env.reset().reshape(N, O), np.ones(N, dtype=bool)
+            obs_NO, alive_N = env.reset().reshape(N, OBS), np.ones(N, dtype=bool)
         else:
             obs_NO, alive_N = next_obs_NO, res.alive_N
         due = loop.tick(1)
@@ -215,7 +215,7 @@ def gumbel_softmax_st(logits: torch.Tensor, gumbel: torch.Tensor, temperature: f
 
 
 def critic_input(obs_BNO: torch.Tensor, act_PBNA: torch.Tensor) -> torch.Tensor:
-    """Each critic's input ``[all obs, all one-hot actions]``: ``[P, B, N*O + N*A]``.
+    """Each critic's input ``[all obs, all one-hot actions]``: ``[P, B, N*OBS + N*A]``.
 
     Args:
         obs_BNO: float observations of the N learners, flattened per learner.
@@ -231,7 +231,7 @@ def critic_loss(critic: BatchedMLP, target_actor: BatchedMLP, target_critic: Bat
 
     Args:
         critic, target_actor, target_critic: the batched nets.
-        b: batch ``obs``/``next_obs`` float ``[B, N, O]``, ``action`` int ``[B, N]``, ``reward``/``done`` float
+        b: batch ``obs``/``next_obs`` float ``[B, N, OBS]``, ``action`` int ``[B, N]``, ``reward``/``done`` float
             ``[B, N]``, ``alive``/``next_alive`` bool ``[B, N]``.
         gamma: discount.
         shared_reward: every critic learns the team reward ``sum_j r_j``.

@@ -7,7 +7,7 @@ metrics.csv, checkpoints, resume) is ``suPER.loop.RunLoop``; this file holds onl
 Networks (REFERENCE 7.1, RLlib's QMIX as the original ran it):
 
 * agent net, shared by every learner (RLlib grouped the team into one QMIX policy):
-  ``Linear(O -> H)·ReLU -> GRU(H) -> Linear(H -> A)`` on the flattened observation. The GRU runs over
+  ``Linear(OBS -> H)·ReLU -> GRU(H) -> Linear(H -> A)`` on the flattened observation. The GRU runs over
   whole episodes in one ``nn.GRU`` call (no Python loop over time); acting feeds one step at a time.
 * mixer over the global state ``s`` (the concatenated observations of the N learners; see
   docs/decisions.md): ``hidden = elu(q_N · |W1(s)| + b1(s))``, ``Q_tot = hidden · |W2(s)| + V(s)``
@@ -48,10 +48,10 @@ from suPER.runs import Logger, RunFolder, Summary
 
 
 class RNNAgent(nn.Module):
-    """``Linear(O -> H)·ReLU -> GRU(H) -> Linear(H -> A)``, one set of weights for every learner.
+    """``Linear(OBS -> H)·ReLU -> GRU(H) -> Linear(H -> A)``, one set of weights for every learner.
 
     Args:
-        obs_size: O, the flattened observation size.
+        obs_size: OBS, the flattened observation size.
         hidden: H, the GRU width.
         n_actions: A.
     """
@@ -67,7 +67,7 @@ class RNNAgent(nn.Module):
         """Q-values along sequences.
 
         Args:
-            obs_TBO: float ``[T, B, O]`` (B = episodes x learners, or the N learners when acting).
+            obs_TBO: float ``[T, B, OBS]`` (B = episodes x learners, or the N learners when acting).
             h_1BH: hidden state before the first step.
 
         Returns:
@@ -120,13 +120,13 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     loop = RunLoop(cfg, folder, logger, progress)
     spec, device = loop.spec, loop.device
     N, A = spec.n_agents, spec.n_actions
-    O = int(np.prod(spec.obs_shape))
+    OBS = int(np.prod(spec.obs_shape))
     T = cfg.env.horizon  # longest possible episode (max_cycles may end it earlier)
     rng = np.random.default_rng(cfg.run.seed)  # exploration draws
 
     # ---- networks: one shared recurrent agent net, the mixer, and their targets
-    agent = RNNAgent(O, q.rnn_hidden, A).to(device)
-    mixer = QMixer(N, N * O, q.mixing_embed_dim).to(device)
+    agent = RNNAgent(OBS, q.rnn_hidden, A).to(device)
+    mixer = QMixer(N, N * OBS, q.mixing_embed_dim).to(device)
     target_agent = copy.deepcopy(agent).requires_grad_(False)
     target_mixer = copy.deepcopy(mixer).requires_grad_(False)
     params = [*agent.parameters(), *mixer.parameters()]
@@ -134,7 +134,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- replay: whole episodes padded to the horizon, sampled uniformly
     buffer = UniformReplay(q.buffer_episodes, {
-        "obs": ((T + 1, N, O), spec.obs_dtype), "action": ((T, N), np.int64), "reward": ((T,), np.float32),
+        "obs": ((T + 1, N, OBS), spec.obs_dtype), "action": ((T, N), np.int64), "reward": ((T,), np.float32),
         "terminal": ((T,), np.float32), "alive": ((T + 1, N), bool), "length": ((), np.int64)},
         rng=np.random.default_rng(cfg.run.seed + 1))
     episode = {k: np.zeros_like(v[0]) for k, v in buffer.data.items()}  # the episode being collected
@@ -147,7 +147,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     @torch.no_grad()
     def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
         """argmax of each learner's Q, carrying the evaluation hidden state (``eval_reset`` clears it)."""
-        q_1NA, h = agent(torch.as_tensor(obs_NO, device=device).reshape(1, N, O), eval_h)
+        q_1NA, h = agent(torch.as_tensor(obs_NO, device=device).reshape(1, N, OBS), eval_h)
         eval_h.copy_(h)
         return q_1NA[0].argmax(-1).cpu().numpy()
 
@@ -173,7 +173,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             buffer.load_state_dict(to_numpy(state["replay"], keep=("rng",)))
         else:  # refill the empty buffer before learning again
             learn_after = loop.env_steps + q.learning_starts
-    obs_NO = loop.reset_envs()[0].reshape(N, O)
+    obs_NO = loop.reset_envs()[0].reshape(N, OBS)
     if state is None:
         loop.evaluate(greedy, on_reset=eval_reset)  # step 0: the untrained greedy policy
         loop.save(trainer_state())
@@ -203,7 +203,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         episode["obs"][t], episode["action"][t], episode["alive"][t] = obs_NO, actions_N, alive_N
         episode["reward"][t] = np.where(alive_N, res.reward_N, 0.0).sum()
         t += 1
-        obs_NO, alive_N = res.obs_NO.reshape(N, O), res.alive_N
+        obs_NO, alive_N = res.obs_NO.reshape(N, OBS), res.alive_N
         due = loop.tick(1)
 
         if res.episode_over or t == T:
@@ -216,7 +216,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 loop.episode_finished(float(episode["reward"][:t].sum()))
                 for v in episode.values():
                     v[...] = 0
-            obs_NO, alive_N, t = env.reset().reshape(N, O), np.ones(N, dtype=bool), 0
+            obs_NO, alive_N, t = env.reset().reshape(N, OBS), np.ones(N, dtype=bool), 0
             h_1NH = torch.zeros(1, N, q.rnn_hidden, device=device)
 
             # learn: gradient steps on uniformly sampled whole episodes
@@ -268,7 +268,7 @@ def qmix_loss(agent: RNNAgent, mixer: QMixer, target_agent: RNNAgent, target_mix
 
     Args:
         agent, mixer, target_agent, target_mixer: the networks.
-        b: ``obs`` float ``[B, T+1, N, O]``, ``alive`` bool ``[B, T+1, N]``, ``action`` int ``[B, T, N]``,
+        b: ``obs`` float ``[B, T+1, N, OBS]``, ``alive`` bool ``[B, T+1, N]``, ``action`` int ``[B, T, N]``,
             ``reward``/``terminal`` float ``[B, T]``, ``mask`` bool ``[B, T]`` (valid steps).
         gamma: discount.
         double_q: pick the bootstrap action with the online agent net.
@@ -277,9 +277,10 @@ def qmix_loss(agent: RNNAgent, mixer: QMixer, target_agent: RNNAgent, target_mix
         The scalar loss.
     """
     obs, alive = b["obs"], b["alive"].float()
-    B, T1, N, O = obs.shape
+    B, T1, N, OBS = obs.shape
     T = T1 - 1
-    obs_TBO = obs.permute(1, 0, 2, 3).reshape(T1, B * N, O)  # sequences of every (episode, learner)
+    obs_TBO = obs.permute(1, 0, 2, 3).reshape(T1, B * N, OBS)  # sequences of every (episode, learner)
+    state_BTS = obs.reshape(B, T1, N * OBS)
     h0 = torch.zeros(1, B * N, agent.hidden, device=obs.device)
     q_BTNA = agent(obs_TBO, h0)[0].reshape(T1, B, N, -1).transpose(0, 1)
     with torch.no_grad():
@@ -287,10 +288,9 @@ def qmix_loss(agent: RNNAgent, mixer: QMixer, target_agent: RNNAgent, target_mix
         chooser = q_BTNA if double_q else q_target_BTNA
         a_star = chooser[:, 1:].argmax(-1, keepdim=True)
         q_next_BTN = q_target_BTNA[:, 1:].gather(-1, a_star)[..., 0] * alive[:, 1:]
-        state_BTS = obs.reshape(B, T1, N * O)
         q_tot_next = target_mixer(q_next_BTN.reshape(B * T, N), state_BTS[:, 1:].reshape(B * T, -1)).view(B, T)
         y_BT = b["reward"] + gamma * (1.0 - b["terminal"]) * q_tot_next
     q_taken_BTN = q_BTNA[:, :-1].gather(-1, b["action"][..., None])[..., 0] * alive[:, :-1]
-    q_tot = mixer(q_taken_BTN.reshape(B * T, N), obs.reshape(B, T1, N * O)[:, :-1].reshape(B * T, -1)).view(B, T)
+    q_tot = mixer(q_taken_BTN.reshape(B * T, N), state_BTS[:, :-1].reshape(B * T, -1)).view(B, T)
     mask = b["mask"].float()
     return (mask * (q_tot - y_BT).square()).sum() / mask.sum().clamp(min=1.0)

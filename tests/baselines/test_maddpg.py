@@ -14,7 +14,7 @@ from suPER.baselines import maddpg
 from suPER.models import BatchedMLP
 from suPER.runs import RunFolder, read_metrics
 
-N, O, A, B = 2, 3, 2, 4
+N, OBS, A, B = 2, 3, 2, 4
 
 
 def mlp_slice(net: BatchedMLP, i: int, x: torch.Tensor) -> torch.Tensor:
@@ -25,7 +25,7 @@ def mlp_slice(net: BatchedMLP, i: int, x: torch.Tensor) -> torch.Tensor:
 
 def batch() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {"obs": torch.rand(B, N, O, generator=g), "next_obs": torch.rand(B, N, O, generator=g),
+    return {"obs": torch.rand(B, N, OBS, generator=g), "next_obs": torch.rand(B, N, OBS, generator=g),
             "action": torch.tensor([[0, 1], [1, 1], [0, 0], [1, 0]]),
             "reward": torch.tensor([[1.0, 0.0], [0.5, -1.0], [0.0, 2.0], [-0.5, 0.25]]),
             "done": torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),
@@ -36,8 +36,8 @@ def batch() -> dict[str, torch.Tensor]:
 
 def nets() -> tuple[BatchedMLP, BatchedMLP, BatchedMLP, BatchedMLP]:
     torch.manual_seed(0)
-    return (BatchedMLP(N, O, [5], A), BatchedMLP(N, N * (O + A), [5], 1),
-            BatchedMLP(N, O, [5], A), BatchedMLP(N, N * (O + A), [5], 1))
+    return (BatchedMLP(N, OBS, [5], A), BatchedMLP(N, N * (OBS + A), [5], 1),
+            BatchedMLP(N, OBS, [5], A), BatchedMLP(N, N * (OBS + A), [5], 1))
 
 
 def onehot(a: int) -> torch.Tensor:

@@ -14,18 +14,18 @@ from suPER import config as C
 from suPER.baselines import qmix
 from suPER.runs import RunFolder, read_metrics
 
-N, O, A, H, E = 2, 3, 3, 4, 5
+N, OBS, A, H, E = 2, 3, 3, 4, 5
 
 
 def nets() -> tuple[qmix.RNNAgent, qmix.QMixer, qmix.RNNAgent, qmix.QMixer]:
     torch.manual_seed(0)
-    return (qmix.RNNAgent(O, H, A), qmix.QMixer(N, N * O, E), qmix.RNNAgent(O, H, A), qmix.QMixer(N, N * O, E))
+    return (qmix.RNNAgent(OBS, H, A), qmix.QMixer(N, N * OBS, E), qmix.RNNAgent(OBS, H, A), qmix.QMixer(N, N * OBS, E))
 
 
 def batch() -> dict[str, torch.Tensor]:
     """Two episodes padded to T = 3: lengths 3 (truncated) and 2 (terminal); learner 1 of episode 1 dies at t=1."""
     g = torch.Generator().manual_seed(0)
-    obs = torch.rand(2, 4, N, O, generator=g)
+    obs = torch.rand(2, 4, N, OBS, generator=g)
     alive = torch.ones(2, 4, N, dtype=torch.bool)
     alive[1, 1:, 1] = False
     obs[1, 1:, 1] = 0.0  # the env's zeros for a dead learner
