@@ -441,7 +441,7 @@ def _check_positive(name: str, section: Any) -> None:
             _check(v >= 0, key, "a number >= 0", v)
         else:
             _check(v > 0, key, "a positive number", v)
-        if f.name in ("gamma", "tau", "epsilon_initial", "epsilon_final"):
+        if f.name in ("gamma", "tau", "epsilon_initial", "epsilon_final") and not isinstance(v, list):
             _check(v <= 1, key, "a number in (0, 1]", v)
 
 

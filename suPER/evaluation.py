@@ -42,11 +42,18 @@ class EvalResult:
         return row
 
 
-def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int) -> EvalResult:
+def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int,
+             on_reset: Callable[[], None] | None = None) -> EvalResult:
     """Run ``episodes`` complete episodes with ``act`` and summarise the returns.
 
     The env is reset without a seed each time: it was seeded once at construction, and its RNG
     continues across evaluations (as the original's evaluation worker did).
+
+    Args:
+        env: the evaluation env.
+        act: greedy policy of the learning team.
+        episodes: number of complete episodes.
+        on_reset: called at the start of every episode (recurrent policies clear their hidden state).
     """
     n = env.spec.n_agents
     returns_EN = np.zeros((max(episodes, 1), n))
@@ -55,6 +62,8 @@ def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int) -> EvalResult:
     for e in range(episodes):
         obs_NO = env.reset()
         alive_N = np.ones(n, dtype=bool)
+        if on_reset is not None:
+            on_reset()
         while True:
             res = env.step(act(obs_NO, alive_N))
             returns_EN[e] += np.where(alive_N, res.reward_N, 0.0)

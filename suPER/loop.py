@@ -190,18 +190,20 @@ class RunLoop:
         """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
         return self.timer.total.get("eval", 0.0) + self.timer.total.get("checkpoint", 0.0)
 
-    def evaluate(self, act: ActFn, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def evaluate(self, act: ActFn, extra: dict[str, Any] | None = None,
+                 on_reset: Callable[[], None] | None = None) -> dict[str, Any]:
         """Greedy evaluation episodes on the evaluation env; append the metrics row and log it.
 
         Args:
             act: ``(obs_NO, alive_N) -> actions_N`` of the learning team.
             extra: trainer columns (loss, entropy, ...) for this row.
+            on_reset: called at the start of every evaluation episode (recurrent policies reset their state).
 
         Returns:
             The row written to metrics.csv.
         """
         with self.timer("eval"):
-            res = evaluate(self.eval_env, act, self.cfg.run.eval_episodes)
+            res = evaluate(self.eval_env, act, self.cfg.run.eval_episodes, on_reset)
         elapsed = time.perf_counter() - self.t_start
         row: dict[str, Any] = {"env_steps": self.env_steps, **res.as_row(self.spec.learner_ids)}
         row["train_return_mean"] = float(np.mean(self.train_returns)) if self.train_returns else float("nan")
@@ -268,16 +270,18 @@ class RunLoop:
         self._resumed = True
         return raw["trainer"]
 
-    def finish(self, act: ActFn, final_state: dict[str, Any], extra: dict[str, Any] | None = None) -> Summary:
+    def finish(self, act: ActFn, final_state: dict[str, Any], extra: dict[str, Any] | None = None,
+               on_reset: Callable[[], None] | None = None) -> Summary:
         """Evaluate at the final step (unless just done), write ``final.pt`` (networks for later use), close envs.
 
         Args:
             act: greedy policy of the learning team.
             final_state: what ``final.pt`` holds besides counters and config (state dicts of the networks).
             extra: trainer columns for a final metrics row.
+            on_reset: as in ``evaluate``.
         """
         if self.last_eval.get("env_steps") != self.env_steps:
-            self.evaluate(act, extra)
+            self.evaluate(act, extra, on_reset)
         state = {**final_state, "env_steps": self.env_steps, "config": self.cfg.to_dict()}
         atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch.save(to_torch(state), p))
         for env in [*self.envs, self.eval_env]:

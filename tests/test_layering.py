@@ -20,6 +20,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "wandb", "ray",
                       "torch"),
     "native": ("ray", "wandb", "suPER.cli"),
+    "baselines": ("ray", "wandb", "suPER.cli", "suPER.native", "suPER.core"),
     "core/trainers.py": ("suPER.native", "suPER.cli", "wandb"),
     "core/rllib_buffer.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.models", "wandb"),
     "core/rllib_runner.py": ("suPER.native", "suPER.cli", "wandb"),

@@ -1,5 +1,6 @@
-"""Q-networks: single-policy reference nets and policy-batched nets (REFERENCE section 5)."""
+"""Q-networks: single-policy reference nets and policy-batched nets (REFERENCE section 5); batched MLPs."""
 
+from suPER.models.mlp import BatchedMLP
 from suPER.models.qnet import (
     BatchedLinear,
     BatchedQNet,
@@ -14,6 +15,7 @@ from suPER.models.qnet import (
 
 __all__ = [
     "BatchedLinear",
+    "BatchedMLP",
     "BatchedQNet",
     "GroupedConv2d",
     "ReferenceQNet",

@@ -1,5 +1,6 @@
 """Replay buffers."""
 
 from suPER.replay.per import Batch, MultiAgentPER
+from suPER.replay.uniform import UniformReplay
 
-__all__ = ["Batch", "MultiAgentPER"]
+__all__ = ["Batch", "MultiAgentPER", "UniformReplay"]

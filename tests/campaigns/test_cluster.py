@@ -62,7 +62,7 @@ def test_jobs_per_run_and_per_grid() -> None:
     grid = campaigns.load_grid(SMOKE)
     runs = grid.select(["env=pursuit", "name=pursuit-ddqn,pursuit-qmix"])
     jobs = campaigns.plan_jobs(grid, runs, "~/out dir", per="run", cpus=2, wandb=True)
-    assert len(jobs) == 1 and jobs[0].num_cpus == 2 and jobs[0].runs == ["pursuit__ddqn__s1"]  # qmix is pending
+    assert [j.runs for j in jobs] == [["pursuit__ddqn__s1"], ["pursuit__qmix__s1"]] and jobs[0].num_cpus == 2
     entry = jobs[0].entrypoint
     assert entry.startswith("python -m suPER.cli train --env pursuit --algo ddqn --seed 1 ")
     assert "--skip-finished" in entry and "--wandb --wandb-mode online" in entry and "--threads 2" in entry

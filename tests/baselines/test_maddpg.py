@@ -1,0 +1,142 @@
+"""MADDPG: the losses equal their formulas on a tiny hand-checked batch; dead learners are masked; resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from suPER import config as C
+from suPER.baselines import maddpg
+from suPER.models import BatchedMLP
+from suPER.runs import RunFolder, read_metrics
+
+N, OBS, A, B = 2, 3, 2, 4
+
+
+def mlp_slice(net: BatchedMLP, i: int, x: torch.Tensor) -> torch.Tensor:
+    """Policy i of a BatchedMLP as a plain 1-hidden-layer MLP on one input vector."""
+    l0, l1 = net.layers
+    return torch.relu(x @ l0.weight[i] + l0.bias[i, 0]) @ l1.weight[i] + l1.bias[i, 0]
+
+
+def batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"obs": torch.rand(B, N, OBS, generator=g), "next_obs": torch.rand(B, N, OBS, generator=g),
+            "action": torch.tensor([[0, 1], [1, 1], [0, 0], [1, 0]]),
+            "reward": torch.tensor([[1.0, 0.0], [0.5, -1.0], [0.0, 2.0], [-0.5, 0.25]]),
+            "done": torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]]),
+            # learner 1 is dead in row 2 (it did not act) and learner 0 dies after row 3
+            "alive": torch.tensor([[True, True], [True, True], [True, False], [True, True]]),
+            "next_alive": torch.tensor([[True, True], [True, False], [True, False], [False, True]])}
+
+
+def nets() -> tuple[BatchedMLP, BatchedMLP, BatchedMLP, BatchedMLP]:
+    torch.manual_seed(0)
+    return (BatchedMLP(N, OBS, [5], A), BatchedMLP(N, N * (OBS + A), [5], 1),
+            BatchedMLP(N, OBS, [5], A), BatchedMLP(N, N * (OBS + A), [5], 1))
+
+
+def onehot(a: int) -> torch.Tensor:
+    return F.one_hot(torch.tensor(a), A).float()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_critic_loss_equals_the_formula(shared: bool) -> None:
+    actor, critic, t_actor, t_critic = nets()
+    b = batch()
+    g = torch.randn(N, B, A, generator=torch.Generator().manual_seed(1))
+    got = maddpg.critic_loss(critic, t_actor, t_critic, b, 0.9, shared, 1.0, g)
+    expected = []
+    for i in range(N):
+        terms = []
+        for r in range(B):
+            if not b["alive"][r, i]:
+                continue
+            # target actions: one-hot argmax(logits + g) of each live next learner, zeros for dead ones
+            a_next = [onehot(int((mlp_slice(t_actor, j, b["next_obs"][r, j]) + g[j, r]).argmax()))
+                      * float(b["next_alive"][r, j]) for j in range(N)]
+            x_next = torch.cat([b["next_obs"][r].reshape(-1), *a_next])
+            rew = b["reward"][r].sum() if shared else b["reward"][r, i]
+            y = rew + 0.9 * (1 - b["done"][r, i]) * mlp_slice(t_critic, i, x_next)[0]
+            a_now = [onehot(int(b["action"][r, j])) * float(b["alive"][r, j]) for j in range(N)]
+            q = mlp_slice(critic, i, torch.cat([b["obs"][r].reshape(-1), *a_now]))[0]
+            terms.append((q - y) ** 2)
+        expected.append(torch.stack(terms).mean())
+    torch.testing.assert_close(got, torch.stack(expected))
+
+
+def test_actor_loss_equals_the_formula_and_reaches_only_the_own_actor() -> None:
+    actor, critic, _, _ = nets()
+    b = batch()
+    g = torch.randn(N, B, A, generator=torch.Generator().manual_seed(2))
+    got = maddpg.actor_loss(actor, critic, b, 0.01, 1.0, g)
+    expected = []
+    for i in range(N):
+        qs, regs = [], []
+        for r in range(B):
+            if not b["alive"][r, i]:
+                continue
+            logits = mlp_slice(actor, i, b["obs"][r, i])
+            acts = [onehot(int(b["action"][r, j])) * float(b["alive"][r, j]) for j in range(N)]
+            acts[i] = onehot(int((logits + g[i, r]).argmax()))
+            qs.append(mlp_slice(critic, i, torch.cat([b["obs"][r].reshape(-1), *acts]))[0])
+            regs.append(logits.square().mean())
+        expected.append(-torch.stack(qs).mean() + 0.01 * torch.stack(regs).mean())
+    torch.testing.assert_close(got, torch.stack(expected))
+    # agent 0's loss moves only agent 0's actor slice (straight-through gradient flows into its logits)
+    got[0].backward()
+    grad = actor.layers[0].weight.grad
+    assert grad is not None and grad[0].abs().sum() > 0 and grad[1].abs().sum() == 0
+
+
+def test_dead_rows_do_not_change_the_losses() -> None:
+    actor, critic, t_actor, t_critic = nets()
+    b = batch()
+    g = torch.randn(N, B, A, generator=torch.Generator().manual_seed(3))
+    base_c = maddpg.critic_loss(critic, t_actor, t_critic, b, 0.9, False, 1.0, g)
+    base_a = maddpg.actor_loss(actor, critic, b, 0.01, 1.0, g)
+    b["reward"][2, 1] = 100.0   # learner 1 was dead in row 2: its reward and action must not matter
+    b["action"][2, 1] = 0
+    torch.testing.assert_close(maddpg.critic_loss(critic, t_actor, t_critic, b, 0.9, False, 1.0, g), base_c)
+    torch.testing.assert_close(maddpg.actor_loss(actor, critic, b, 0.01, 1.0, g), base_a)
+
+
+def test_gumbel_softmax_st_is_one_hot_with_soft_gradient() -> None:
+    logits = torch.tensor([[0.2, 1.0, -0.5]], requires_grad=True)
+    gumbel = torch.tensor([[1.0, 0.0, 0.0]])
+    y = maddpg.gumbel_softmax_st(logits, gumbel, 0.5)
+    assert y.tolist() == [[0.0, 1.0, 0.0]]  # argmax(logits / 0.5 + g) = argmax([1.4, 2.0, -1.0])
+    soft = torch.softmax(logits / 0.5 + gumbel, -1)
+    (y * torch.tensor([[1.0, 2.0, 3.0]])).sum().backward()
+    expected = torch.autograd.grad((soft * torch.tensor([[1.0, 2.0, 3.0]])).sum(), logits)[0]
+    torch.testing.assert_close(logits.grad, expected)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_resume_continues_the_schedule(tmp_path: Path) -> None:
+    cfg = C.resolve("pursuit", "maddpg", overrides={
+        "env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
+        "env.kwargs.max_cycles": 30, "env.horizon": 30, "run.eval_episodes": 1, "run.progress": False,
+        "run.num_timesteps": 300, "run.eval_interval": 100, "maddpg.learning_starts": 50,
+        "maddpg.rollout_fragment_length": 4, "maddpg.buffer_size": 1000})
+    folder = RunFolder(tmp_path / "r")
+
+    def kill(steps: int, stats: dict[str, float]) -> None:
+        if steps >= 150:
+            raise Stop
+
+    with pytest.raises(Stop):
+        maddpg.train(cfg, folder, progress=kill)
+    summary = maddpg.train(cfg, folder)
+    assert summary.env_steps == 300
+    m = read_metrics(folder.metrics)
+    assert list(m["env_steps"]) == [0, 100, 200, 300]
+    assert m["updates"][-1] == len(range(52, 301, 4))  # as uninterrupted: the counter comes from the checkpoint
+    assert np.isfinite(m["critic_loss"][1:]).all()
