@@ -504,7 +504,7 @@ def batched_from_reference(nets: list[ReferenceQNet]) -> BatchedQNet:
 
 
 @torch.no_grad()
-def clip_grad_norm_per_policy(net: BatchedQNet, max_norm: float) -> torch.Tensor:
+def clip_grad_norm_per_policy(net: BatchedQNet | nn.Module, max_norm: float) -> torch.Tensor:
     """Clip each policy's gradient to global L2 norm ``max_norm``, independently per policy.
 
     Equal, slice by slice, to ``torch.nn.utils.clip_grad_norm_(policy_params, max_norm)`` on each policy's
@@ -512,7 +512,9 @@ def clip_grad_norm_per_policy(net: BatchedQNet, max_norm: float) -> torch.Tensor
     ``min(1, max_norm / (norm_p + 1e-6))``.
 
     Args:
-        net: a net whose ``.grad`` fields are filled (parameters without a grad are skipped).
+        net: a net whose ``.grad`` fields are filled (parameters without a grad are skipped): a
+            ``BatchedQNet`` or any module with ``n_policies`` whose parameters all carry the policy axis
+            folded into dim 0 (built from ``GroupedConv2d`` / ``BatchedLinear``, e.g. SEAC's actor-critic).
         max_norm: largest allowed per-policy gradient norm.
 
     Returns:
@@ -521,7 +523,7 @@ def clip_grad_norm_per_policy(net: BatchedQNet, max_norm: float) -> torch.Tensor
     P = net.n_policies
     grads = [p.grad for p in net.parameters() if p.grad is not None]
     if not grads:
-        return torch.zeros(P, device=net.fc1.weight.device)
+        return torch.zeros(P, device=next(net.parameters()).device)
     acc_dtype = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
     sq_P = torch.zeros(P, dtype=acc_dtype, device=grads[0].device)
     for g in grads:
