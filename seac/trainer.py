@@ -165,6 +165,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             return logits_NA.argmax(-1).cpu().numpy()
         return torch.distributions.Categorical(logits=logits_NA).sample().cpu().numpy()
 
+    def per_agent(x_TEN: torch.Tensor) -> torch.Tensor:
+        """[T, E, N, ...] -> [N, T * E, ...]: each agent's rollout rows."""
+        return x_TEN.permute(2, 0, 1, *range(3, x_TEN.dim())).reshape(N, -1, *x_TEN.shape[3:])
+
     def trainer_state() -> dict[str, Any]:
         return {"net": net.state_dict(), "optimizer": optimizer.state_dict()}
 
@@ -232,9 +236,6 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 bootstrap_EN = net(obs_TENO[steps].transpose(0, 1))[1].T
                 return_TEN = nstep_returns(reward_TEN[:steps], value_TEN[:steps], bootstrap_EN,
                                            cont_TEN[:steps], cut_TEN[:steps], s.gamma)
-
-            def per_agent(x_TEN: torch.Tensor) -> torch.Tensor:
-                return x_TEN.permute(2, 0, 1, *range(3, x_TEN.dim())).reshape(N, steps * E, *x_TEN.shape[3:])
 
             obs_KBO = per_agent(obs_TENO[:steps])
             logits, values = net(obs_KBO.reshape(1, N * steps * E, *obs_shape).expand(N, -1, *obs_shape))

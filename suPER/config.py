@@ -332,8 +332,6 @@ class ExperimentConfig:
         _check(u.algo in ALGOS, "--algo", f"one of {', '.join(ALGOS)}", u.algo)
         _check(u.algo in DQN_ALGOS or not r.enabled, "--suPER", f"only with --algo {' or '.join(DQN_ALGOS)}",
                f"--algo {u.algo}")
-        _check(self.seac.model in ("mlp", "conv"), "seac.model", "mlp or conv", self.seac.model)
-        _check(self.seac.eval_mode in ("sample", "greedy"), "seac.eval_mode", "sample or greedy", self.seac.eval_mode)
         for name, section in (("seac", self.seac), ("maddpg", self.maddpg), ("qmix", self.qmix)):
             _check_positive(name, section)
         return self
