@@ -154,6 +154,8 @@ class SEACConfig:
     """mlp = the SEAC paper's 2x64 MLP on flattened obs; conv = the env's conv body"""
     share_experience: bool = True
     """false = independent A2C (IA2C), the ablation without the shared-experience term"""
+    eval_mode: Literal["sample", "greedy"] = "sample"
+    """evaluation actions: sample = drawn from each policy (the SEAC code's evaluation); greedy = its most likely action"""
 
 
 @dataclass

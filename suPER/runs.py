@@ -378,7 +378,7 @@ def namespaced_metrics(row: dict[str, Any], timings: dict[str, float]) -> dict[s
     for k, v in row.items():
         if k == "env_steps":
             continue
-        if k in ("loss",):
+        if k == "loss" or k.endswith("_loss"):
             out[f"losses/{k}"] = v
         elif k.startswith(("fraction_shared", "relayed_")):
             out[f"relay/{k}"] = v

@@ -504,7 +504,7 @@ def batched_from_reference(nets: list[ReferenceQNet]) -> BatchedQNet:
 
 
 @torch.no_grad()
-def clip_grad_norm_per_policy(net: nn.Module, max_norm: float) -> torch.Tensor:
+def clip_grad_norm_per_policy(net: BatchedQNet | nn.Module, max_norm: float) -> torch.Tensor:
     """Clip each policy's gradient to global L2 norm ``max_norm``, independently per policy.
 
     Equal, slice by slice, to ``torch.nn.utils.clip_grad_norm_(policy_params, max_norm)`` on each policy's
@@ -512,9 +512,9 @@ def clip_grad_norm_per_policy(net: nn.Module, max_norm: float) -> torch.Tensor:
     ``min(1, max_norm / (norm_p + 1e-6))``.
 
     Args:
-        net: a policy-batched net (``BatchedQNet``, ``BatchedMLP``: an ``n_policies`` attribute and every
-            parameter with the policy axis folded into dim 0) whose ``.grad`` fields are filled (parameters
-            without a grad are skipped).
+        net: a net whose ``.grad`` fields are filled (parameters without a grad are skipped): a
+            ``BatchedQNet`` or any module with ``n_policies`` whose parameters all carry the policy axis
+            folded into dim 0 (built from ``GroupedConv2d`` / ``BatchedLinear``, e.g. SEAC's actor-critic).
         max_norm: largest allowed per-policy gradient norm.
 
     Returns:

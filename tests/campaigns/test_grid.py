@@ -18,13 +18,11 @@ EXP = C.EXPERIMENTS_DIR
 
 def test_paper_grid_expands_to_the_papers_runs() -> None:
     grid = G.load_grid(EXP / "paper_grid.yaml")
-    baselines = ("qmix", "maddpg", "seac")
-    runnable = [r for r in grid.runs if r.algo not in baselines]  # the DQN family
-    assert len(runnable) == 3 * 2 * 6 * 5 and not any(r.pending for r in runnable)
+    runnable = [r for r in grid.runs if not r.pending]
+    assert len(runnable) == 3 * 2 * 6 * 5 + 3 * 3 * 5 and not any(r.pending for r in grid.runs)  # DQN family + baselines
     assert {r.seed for r in grid.runs} == {1, 2, 3, 4, 5}
-    assert {(r.env, r.algo) for r in grid.runs if r.algo in baselines} == {(e, a) for e in C.ENV_NAMES
-                                                                           for a in baselines}
-    assert not any(r.pending for r in grid.runs if r.algo in ("qmix", "maddpg"))  # their trainers exist
+    assert {(r.env, r.algo) for r in grid.runs if r.algo in ("qmix", "maddpg", "seac")} == {
+        (e, a) for e in C.ENV_NAMES for a in ("qmix", "maddpg", "seac")}
     assert len({r.run_name for r in runnable}) == len(runnable)  # every run its own folder
     by_env: dict[str, set[tuple[Any, ...]]] = {}
     for r in runnable:
@@ -37,6 +35,7 @@ def test_paper_grid_expands_to_the_papers_runs() -> None:
     expected |= {(algo, True, m, 0.1, False) for algo in ("ddqn", "dqn") for m in ("quantile", "gaussian", "stochastic")}
     expected |= {(algo, True, "gaussian", 1.0, False) for algo in ("ddqn", "dqn")}
     expected |= {(algo, False, None, None, True) for algo in ("ddqn", "dqn")}
+    expected |= {(algo, False, None, None, False) for algo in ("seac", "maddpg", "qmix")}
     assert by_env == {env: expected for env in C.ENV_NAMES}
     # DDQN = dueling double; DQN = neither, as the paper's *_plaindqn
     ddqn = next(r for r in runnable if r.algo == "ddqn").config()
