@@ -395,6 +395,45 @@ Grid files (``experiments/*grid*.yaml``) use the same names, so a grid entry rea
 """
 
 
+ALGO_FLAG_ROUTES: dict[str, dict[str, tuple[str, ...]]] = {
+    "seac": {"dqn.lr": ("seac.lr",), "dqn.model": ("seac.model",)},
+    "maddpg": {"dqn.lr": ("maddpg.actor_lr", "maddpg.critic_lr"), "dqn.buffer_size": ("maddpg.buffer_size",)},
+    "qmix": {"dqn.lr": ("qmix.lr",)},
+}
+"""For a baseline, the DQN-section keys of named flags (``--lr``, ``--model``, ``--buffer-size``) that mean
+the same setting of that algorithm; any other DQN flag given to a baseline is an error."""
+
+
+def route_flags(algo: str, named: dict[str, Any]) -> dict[str, Any]:
+    """Point the named flags at the algorithm's own section (``--lr`` -> ``seac.lr`` for SEAC, ...).
+
+    DQN-family runs get ``named`` unchanged. For a baseline, ``dqn.*`` keys are routed by
+    ``ALGO_FLAG_ROUTES`` or rejected (switches left at False, such as ``--no-parameter-sharing``, are
+    dropped); ``relay.*`` keys are dropped except ``relay.enabled`` True, which ``validate`` rejects.
+
+    Raises:
+        ConfigError: a DQN-only flag given to a baseline, naming the flag.
+    """
+    if algo not in ALGO_FLAG_ROUTES:
+        return named
+    flag_of = {v: k for k, v in FLAG_KEYS.items()}
+    routes, out = ALGO_FLAG_ROUTES[algo], {}
+    for key, value in named.items():
+        section = key.split(".")[0]
+        if key in routes:
+            out.update({target: value for target in routes[key]})
+        elif section == "dqn":
+            if value is False or value is None:
+                continue
+            flag = "--" + flag_of.get(key, key).replace("_", "-")
+            raise ConfigError(f"{flag}: not used by --algo {algo} (its settings: --set {algo}.KEY=VALUE)")
+        elif section == "relay" and key != "relay.enabled":
+            continue
+        else:
+            out[key] = value
+    return out
+
+
 def legacy_settings(mode: str | None) -> dict[str, Any]:
     """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14).
 
@@ -573,7 +612,7 @@ def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None 
         raise ConfigError(f"--algo: expected one of {', '.join(ALGOS)}, got {algo!r}")
     cfg.run.algo = algo
     apply_overrides(cfg, ALGO_PRESETS[algo], source="--algo")
-    apply_overrides(cfg, named or {}, source="flags")
+    apply_overrides(cfg, route_flags(algo, named or {}), source="flags")
     apply_overrides(cfg, overrides or {}, source="--set")
     return cfg.validate()
 

@@ -75,3 +75,17 @@ def test_epsilon_schedule() -> None:
 def test_run_name() -> None:
     cfg = C.resolve("pursuit", overrides={"relay.enabled": True, "run.tag": "bw005", "run.seed": 3})
     assert cfg.run_name == "pursuit__ddqn_super_quantile__s3__bw005"
+
+
+def test_named_flags_reach_the_baselines_own_settings() -> None:
+    assert C.resolve("pursuit", "seac", named={"dqn.lr": 1e-3, "dqn.model": "conv"}).seac.lr == 1e-3
+    m = C.resolve("pursuit", "maddpg", named={"dqn.lr": 1e-3, "dqn.buffer_size": 5000,
+                                              "dqn.parameter_sharing": False}).maddpg
+    assert (m.actor_lr, m.critic_lr, m.buffer_size) == (1e-3, 1e-3, 5000)
+    assert C.resolve("pursuit", "qmix", named={"dqn.lr": 2e-4}).qmix.lr == 2e-4
+    with pytest.raises(C.ConfigError, match="^--buffer-size: not used by --algo qmix"):
+        C.resolve("pursuit", "qmix", named={"dqn.buffer_size": 5000})
+    with pytest.raises(C.ConfigError, match="^--parameter-sharing: not used by --algo seac"):
+        C.resolve("pursuit", "seac", named={"dqn.parameter_sharing": True})
+    with pytest.raises(C.ConfigError, match="^--suPER: expected only with --algo dqn or ddqn"):
+        C.resolve("pursuit", "seac", named={"relay.enabled": True, "relay.mode": "quantile"})
