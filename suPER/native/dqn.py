@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig, without_volatile
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
-from suPER.envs import make_env
 from suPER.evaluation import evaluate
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
+from suPER.opponents import make_env
 from suPER.replay import MultiAgentPER
 from suPER.runs import (
     CSVMetrics,
