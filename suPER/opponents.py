@@ -164,7 +164,7 @@ def load_team(path: Path | str, env: MultiAgentEnv | None = None, side: str = "o
         if not allow_pickle:
             raise OpponentFileError(f"{path}: expected a .safetensors team file; the original's pickle format "
                                     f"loads only with --allow-pickle (unpickling runs code from the file)")
-        return load_original_pickle(path, env)
+        return load_original_pickle(path, env, side)
     from safetensors import SafetensorError, safe_open
 
     try:

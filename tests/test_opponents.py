@@ -190,22 +190,22 @@ def test_opponents_train_and_eval_cli_smoke(tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.parametrize("name", ["battle", "adversarial_pursuit"])
-def test_shipped_opponents_load_and_beat_random(name: str) -> None:
+def test_shipped_opponents_beat_random(name: str) -> None:
     """The shipped file loads against the env and its team beats a random team on fixed seeded episodes
-    (the card's claim, re-checked on 4 episodes from seed 20001; horizon cut to 200 steps for speed)."""
+    (the card's claim, re-checked on 4 episodes from seed 20001; horizon cut to 100 steps for speed)."""
     path = O.OPPONENTS_DIR / f"{name}.safetensors"
     card = (O.OPPONENTS_DIR / f"{name}.card.md").read_text()
     assert O.sha256(path) in card
-    env = O.make_env(env_cfg(name, opponent="pretrained", horizon=200), seed=20_001)
+    env = O.make_env(env_cfg(name, opponent="pretrained", horizon=100), seed=20_001)
     try:
         assert isinstance(env.opponent, O.NetworkOpponent)  # type: ignore[attr-defined]
         res = O.play(env, O.team_policy("random", env, 20_001), 4, seed=20_001)
     finally:
         env.close()
-    random_env = O.make_env(env_cfg(name, opponent="random", horizon=200), seed=20_001)
+    random_env = O.make_env(env_cfg(name, opponent="random", horizon=100), seed=20_001)
     try:
         ref = O.play(random_env, O.team_policy("random", random_env, 20_001), 4, seed=20_001)
     finally:
         random_env.close()
     assert res.opponent_return_K.mean() > ref.opponent_return_K.mean()
-    assert (res.outcome_K < 0).mean() >= (ref.outcome_K < 0).mean()
+    assert (res.outcome_K < 0).mean() >= 0.75  # the random team loses at least 3 of the 4 episodes
