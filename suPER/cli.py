@@ -150,7 +150,12 @@ def train(
     team: Annotated[str | None, typer.Option(help="who relays: id substring or comma list (paper: --team_sharing)")] = None,
     insertion_priority: Annotated[str | None, typer.Option("--insertion-priority", help="max | sender | legacy")] = None,
     legacy: Annotated[bool, typer.Option(help="reproduce the original's documented quirks (docs/decisions.md)")] = False,
-    opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent: random")] = None,
+    opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent team: pretrained "
+                                                      "(default) | random | learning (self-play) | PATH (.safetensors)")] = None,
+    opponent_epsilon: Annotated[float | None, typer.Option("--opponent-epsilon", help="epsilon-greedy exploration "
+                                                           "of a network opponent (default 0: greedy)")] = None,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="accept an opponent PATH in the original's "
+                                               "pickle format (unpickling runs code from the file)")] = False,
     model: Annotated[str | None, typer.Option(help="conv (paper) | mlp")] = None,
     quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
     out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
@@ -188,13 +193,18 @@ def train(
     optional = {"run.num_timesteps": num_timesteps, "dqn.lr": lr, "dqn.buffer_size": buffer_size,
                 "run.eval_interval": eval_interval, "run.eval_episodes": eval_episodes, "relay.mode": super_mode,
                 "relay.bandwidth": bandwidth, "relay.window": window, "relay.team": team,
-                "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model}
+                "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model,
+                "env.opponent_epsilon": opponent_epsilon, "env.opponent_allow_pickle": allow_pickle or None}
     named.update({k: v for k, v in optional.items() if v is not None})
     if legacy:
         named.update(legacy_settings(super_mode))
     overrides = _set_pairs(set_ or [])
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
+        if i == 0:
+            from suPER.opponents import check_opponent
+
+            check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
         if skip_finished and not overwrite:
             from suPER.runs import FINISHED, RunFolder
 
@@ -617,6 +627,99 @@ def _flag_pairs(args: list[str]) -> list[str]:
         else:
             out[-1] += f" {a}"
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# opponents: train the fixed opponent teams by self-play, play matches (suPER/selfplay.py, opponents.py)
+
+opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of battle / adversarial_pursuit: "
+                            "train them by self-play, evaluate teams against them.")
+app.add_typer(opponents_app, name="opponents")
+
+OPPONENT_TRAIN_BUDGET = {"battle": 60_000, "adversarial_pursuit": 60_000}
+"""Default self-play budget in env steps: about an hour on 2 shared cores at 1 torch thread (measured
+~17 env steps/s for 12 learners, docs/decisions.md)."""
+
+
+@opponents_app.command("train")
+def opponents_train(
+    env: Annotated[str, typer.Option(help="battle | adversarial_pursuit")],
+    num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="self-play env steps (default: "
+                                                      "about an hour on 2 cores)")] = None,
+    snapshots: Annotated[int, typer.Option(help="snapshots taken along the way (evenly spaced)")] = 6,
+    seed: Annotated[int, typer.Option(help="run seed")] = 1,
+    eval_episodes: Annotated[int, typer.Option("--eval-episodes", help="greedy episodes per evaluation match")] = 20,
+    lr: Annotated[float | None, typer.Option(help="learning rate (default: the env YAML's)")] = None,
+    out: Annotated[Path, typer.Option(help="parent folder of the self-play run folder")] = Path("runs/opponents"),
+    install: Annotated[bool, typer.Option("--install", help="copy the chosen opponent and its card to "
+                                          "experiments/opponents/")] = False,
+    overwrite: Annotated[bool, typer.Option(help="start over in an existing run folder")] = False,
+    threads: Annotated[int, typer.Option(help="torch threads")] = 1,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. --set dqn.batch_size=16")] = None,
+) -> None:
+    """Train an opponent team by self-play (both teams learn), snapshot it, evaluate every snapshot against a
+    random team and the previous snapshot, and pick the last snapshot that beats random by a clear margin."""
+    import shlex
+
+    from suPER import selfplay
+
+    budget = num_timesteps if num_timesteps is not None else OPPONENT_TRAIN_BUDGET.get(env, 0)
+    if budget < 1:
+        raise UserError(f"--num-timesteps: expected an integer >= 1, got {budget}")
+    if eval_episodes < 1:
+        raise UserError(f"--eval-episodes: expected an integer >= 1, got {eval_episodes}")
+    overrides = _set_pairs(set_ or [])
+    if lr is not None:
+        overrides["dqn.lr"] = lr
+    command = shlex.join(["super-marl", *sys.argv[1:]]) if sys.argv[1:2] == ["opponents"] else (
+        f"super-marl opponents train --env {env} --num-timesteps {budget} --snapshots {snapshots} --seed {seed} "
+        f"--eval-episodes {eval_episodes}" + (f" --lr {lr:g}" if lr is not None else ""))
+    res = selfplay.run(env, budget, snapshots, seed, out, eval_episodes, overrides, command, install,
+                       overwrite=overwrite, threads=threads, log=lambda m: print(m, flush=True))
+    c = res["chosen"]
+    print(f"chosen {c['snapshot']} ({'meets' if res['rule_met'] else 'does NOT meet'} the selection rule): win rate "
+          f"vs random {c['opp_win_rate']:.2f} [{c['opp_win_lo']:.2f}, {c['opp_win_hi']:.2f}] -> {res['weights']}, "
+          f"card {res['card']}")
+
+
+@opponents_app.command("eval")
+def opponents_eval(
+    env: Annotated[str, typer.Option(help="battle | adversarial_pursuit")],
+    team: Annotated[str, typer.Option(help="the learning side: random | a run's checkpoints/final.pt | a team "
+                                           ".safetensors file")] = "random",
+    opponent: Annotated[str, typer.Option(help="pretrained | random | PATH (.safetensors)")] = "pretrained",
+    episodes: Annotated[int, typer.Option(help="episodes to play")] = 20,
+    seed: Annotated[int, typer.Option(help="env seed of the first episode (and of random / epsilon draws)")] = 1,
+    opponent_epsilon: Annotated[float, typer.Option("--opponent-epsilon", help="opponent exploration")] = 0.0,
+    allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="accept files in the original's pickle "
+                                                                      "format")] = False,
+    threads: Annotated[int, typer.Option(help="torch threads")] = 1,
+) -> None:
+    """Play a team against an opponent for N episodes: mean returns and win rate with 95% CIs."""
+    import torch
+
+    from suPER import opponents as O
+
+    if env not in O.OPPONENT_ENVS:
+        raise UserError(f"--env: expected one of {', '.join(O.OPPONENT_ENVS)}, got {env!r}")
+    if episodes < 1:
+        raise UserError(f"--episodes: expected an integer >= 1, got {episodes}")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
+                                        "env.opponent_allow_pickle": allow_pickle})
+    e = O.make_env(cfg.env, seed=seed)
+    try:
+        s = O.play(e, O.team_policy(team, e, seed, allow_pickle), episodes, seed).summary(seed)
+    finally:
+        e.close()
+    ci = lambda c: f"[{c[0]:.2f}, {c[1]:.2f}]"  # noqa: E731
+    print(f"{env}: team {team} ({e.spec.team}) vs opponent {opponent} ({len(e.spec.opponent_ids)} agents, "
+          f"epsilon {opponent_epsilon:g}), {episodes} episodes from seed {seed}")
+    print(f"team return      {s['team_return']:8.2f} {ci(s['team_return_ci'])}")
+    print(f"opponent return  {s['opponent_return']:8.2f} {ci(s['opponent_return_ci'])}")
+    print(f"team win rate    {s['win_rate']:8.2f} {ci(s['win_rate_ci'])}   loss rate {s['loss_rate']:.2f} "
+          f"{ci(s['loss_rate_ci'])}   ties {s['tie_rate']:.2f}   mean length {s['episode_len']:.0f}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -51,9 +51,12 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """constructor arguments passed to the PettingZoo/MAgent2 env (map_size, n_evaders, ...)"""
     opponent: str = "random"
-    """fixed opponent policy for battle/adversarial_pursuit: random (pretrained arrives with opponents)"""
+    """opponent team of battle/adversarial_pursuit: pretrained (experiments/opponents/<env>.safetensors, the
+    env YAML default), random, learning (self-play: both teams learn) or a PATH to a team file"""
     opponent_epsilon: float = 0.0
-    """epsilon-greedy exploration of the fixed opponent (0 = greedy)"""
+    """epsilon-greedy exploration of a network opponent (0 = greedy; the original's opponents explored)"""
+    opponent_allow_pickle: bool = False
+    """accept an opponent file in the original's pickle format (unpickling runs code from the file)"""
     pad_like_original: bool = True
     """adversarial_pursuit: pad prey obs to 10x10 and actions to 13 as the original's SuperSuit wrappers"""
 
@@ -299,6 +302,7 @@ class ExperimentConfig:
         """Check ranges and cross-field arithmetic; raise ConfigError naming the offending key."""
         _check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
         _check(self.env.horizon >= 1, "env.horizon", "an integer >= 1", self.env.horizon)
+        _check(bool(self.env.opponent), "--opponent", "pretrained, random, learning or a PATH", self.env.opponent)
         _check(0.0 <= self.env.opponent_epsilon <= 1.0, "env.opponent_epsilon", "a number in [0, 1]",
                self.env.opponent_epsilon)
         d = self.dqn
@@ -387,7 +391,8 @@ FLAG_KEYS: dict[str, str] = {
     "model": "dqn.model",
     "super": "relay.enabled", "super_mode": "relay.mode", "bandwidth": "relay.bandwidth", "window": "relay.window",
     "team": "relay.team", "insertion_priority": "relay.insertion_priority",
-    "opponent": "env.opponent",
+    "opponent": "env.opponent", "opponent_epsilon": "env.opponent_epsilon",
+    "allow_pickle": "env.opponent_allow_pickle",
 }
 """``super-marl train`` named flags (option name with ``_``) -> the dotted config key each one sets.
 
@@ -408,8 +413,8 @@ def route_flags(algo: str, named: dict[str, Any]) -> dict[str, Any]:
     """Point the named flags at the algorithm's own section (``--lr`` -> ``seac.lr`` for SEAC, ...).
 
     DQN-family runs get ``named`` unchanged. For a baseline, ``dqn.*`` keys are routed by
-    ``ALGO_FLAG_ROUTES`` or rejected (switches left at False, such as ``--no-parameter-sharing``, are
-    dropped); ``relay.*`` keys are dropped except ``relay.enabled`` True, which ``validate`` rejects.
+    ``ALGO_FLAG_ROUTES`` or rejected (switches left at False, such as ``--no-parameter-sharing``, and
+    ``--model mlp`` for the MLP-only MADDPG / QMIX are dropped); ``relay.*`` keys are dropped except ``relay.enabled`` True, which ``validate`` rejects.
 
     Raises:
         ConfigError: a DQN-only flag given to a baseline, naming the flag.
@@ -423,8 +428,8 @@ def route_flags(algo: str, named: dict[str, Any]) -> dict[str, Any]:
         if key in routes:
             out.update({target: value for target in routes[key]})
         elif section == "dqn":
-            if value is False or value is None:
-                continue
+            if value is False or value is None or (key == "dqn.model" and value == "mlp"):
+                continue  # switches left off; MADDPG and QMIX nets are MLP / GRU on flat obs already
             flag = "--" + flag_of.get(key, key).replace("_", "-")
             raise ConfigError(f"{flag}: not used by --algo {algo} (its settings: --set {algo}.KEY=VALUE)")
         elif section == "relay" and key != "relay.enabled":

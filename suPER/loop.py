@@ -45,8 +45,9 @@ import numpy as np
 import torch
 
 from suPER.config import ExperimentConfig, without_volatile
-from suPER.envs import MultiAgentEnv, make_env
+from suPER.envs import MultiAgentEnv
 from suPER.evaluation import ActFn, evaluate
+from suPER.opponents import make_env
 from suPER.runs import (
     CSVMetrics,
     Logger,

@@ -5,6 +5,7 @@ Used by ``super-marl train``, by every Ray Tune trial of ``grid run`` and by eve
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from suPER import config as C
@@ -47,6 +48,20 @@ def trainer_for(backend: str, algo: str = "ddqn") -> Any:
     except ModuleNotFoundError as exc:
         raise C.ConfigError(f"--algo {algo}: its trainer ({TRAINERS[algo]}) is not available in this version") from exc
     return module.train
+
+
+def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
+    """Which opponent weights a run plays against (path and SHA-256), for its manifest: ``pretrained``
+    names a file that a later version of the repository may replace."""
+    import hashlib
+
+    if cfg.env.name not in ("battle", "adversarial_pursuit") or cfg.env.opponent in ("random", "learning"):
+        return {}
+    path = (C.EXPERIMENTS_DIR / "opponents" / f"{cfg.env.name}.safetensors" if cfg.env.opponent == "pretrained"
+            else Path(cfg.env.opponent))
+    if not path.is_file():
+        return {}
+    return {"opponent_file": str(path), "opponent_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "native", progress: Any = None,
@@ -107,6 +122,7 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     else:
         manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
                                                           "backend": backend, **(extra_manifest or {})})
+    manifest.update(opponent_file(cfg))
     if cfg.run.wandb and not manifest.get("wandb_id"):
         manifest["wandb_id"] = f"{cfg.run_name}-{int(time.time())}"[-64:]
     runs.atomic_write_json(folder.manifest, manifest)

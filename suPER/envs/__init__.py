@@ -34,6 +34,7 @@ __all__ = [
     "StepResult",
     "env_info",
     "make_env",
+    "OPPONENT_KINDS",
 ]
 
 ENVS: dict[str, type] = {
@@ -46,7 +47,12 @@ ENVS: dict[str, type] = {
 _HAS_OPPONENTS = ("battle", "adversarial_pursuit")
 
 
-def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
+OPPONENT_KINDS = ("random", "learning")
+"""``env.opponent`` values this package resolves itself; ``pretrained`` and a file PATH need the network
+opponents of ``suPER.opponents`` (which builds the ``OpponentPolicy`` and passes it to ``make_env``)."""
+
+
+def make_env(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPolicy | None = None) -> MultiAgentEnv:
     """Build the adapter an ``EnvConfig`` describes.
 
     Args:
@@ -54,6 +60,8 @@ def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
             pad_like_original).
         seed: seeds the fixed random opponent's generator (the env itself is seeded by the first
             ``reset(seed)``, as the original did).
+        opponent: the opponent team's policy, built by the caller for ``env.opponent`` values other
+            than random / learning (``suPER.opponents.make_env`` does this); overrides ``cfg.opponent``.
 
     Returns:
         The adapter; call ``reset(seed)`` before stepping.
@@ -66,10 +74,12 @@ def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
     cls = ENVS[cfg.name]
     if cfg.name not in _HAS_OPPONENTS:
         return cls(dict(cfg.kwargs), horizon=cfg.horizon)
-    if cfg.opponent != "random":
-        raise ValueError(f"env.opponent: expected random, got {cfg.opponent!r}")
-    env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original)
-    env.set_opponent(RandomOpponent(env.opponent_n_actions, seed=seed))
+    if opponent is None and cfg.opponent not in OPPONENT_KINDS:
+        raise ValueError(f"env.opponent: {cfg.opponent!r} needs a network opponent; build the env with "
+                         f"suPER.opponents.make_env (or pass opponent=), or use one of {', '.join(OPPONENT_KINDS)}")
+    self_play = opponent is None and cfg.opponent == "learning"
+    env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original, self_play=self_play)
+    env.set_opponent(opponent if opponent is not None else RandomOpponent(env.opponent_n_actions, seed=seed))
     return env
 
 
@@ -84,7 +94,7 @@ def env_info(name: str) -> dict[str, Any]:
             opponent_obs_shape, opponent_n_actions (empty/0 without opponents), kwargs.
     """
     section = load_env_defaults(name).get("env", {})
-    cfg = EnvConfig(name=name, kwargs=dict(section.get("kwargs", {})),
+    cfg = EnvConfig(name=name, kwargs=dict(section.get("kwargs", {})), opponent="random",
                     pad_like_original=bool(section.get("pad_like_original", True)))
     env = make_env(cfg)
     try:

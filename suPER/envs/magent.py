@@ -18,6 +18,13 @@ axis to the element-wise largest shape over all agents, and widen every Discrete
 largest n, mapping an agent's out-of-range actions to 0 (no-op). The same rule is applied here to
 learners and opponents; it only changes adversarial pursuit's prey ((9,9,5) -> (10,10,5), 9 -> 13
 actions), since battle's teams share one shape.
+
+Self-play (``self_play=True``, ``env.opponent: learning``): every agent of both teams is a learner, in
+the env's own agent order (battle: red_0..5 then blue_0..5; adversarial pursuit: predator_0..3 then
+prey_0..7), and there is no fixed opponent. This is how ``super-marl opponents train`` trains the
+opponent teams with the unchanged native DQN trainer (one independent network per agent), and what
+the original's ``*_plaindqn`` battle / adversarial-pursuit lines did (REFERENCE 14.11). Both teams
+must share one observation shape and action count (adversarial pursuit needs ``pad_like_original``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class MAgentEnv:
         horizon: int = 500,
         opponent: OpponentPolicy | None = None,
         pad_like_original: bool = True,
+        self_play: bool = False,
     ) -> None:
         """Build the magent2 parallel env.
 
@@ -62,6 +70,7 @@ class MAgentEnv:
                 ``reset(seed)`` with a seed.
             pad_like_original: pad observations and action spaces as SuperSuit's
                 ``pad_observations_v0``/``pad_action_space_v0`` did in the original.
+            self_play: both teams are learners (N = all agents, no opponent; see the module docstring).
         """
         if horizon < 1:
             raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
@@ -73,15 +82,26 @@ class MAgentEnv:
         opponent_ids = tuple(a for a in agents if a.startswith(self.opponent_team + "_"))
         if not learner_ids or len(learner_ids) + len(opponent_ids) != len(agents):
             raise ValueError(f"{self.name}: cannot split agents {agents} into {self.team}/{self.opponent_team}")
+        self.self_play = bool(self_play)
+        self.team_ids: tuple[str, ...] = learner_ids
+        """ids of the (normally) learning team, also in self-play"""
+        self.opponent_team_ids: tuple[str, ...] = opponent_ids
+        """ids of the (normally) fixed opponent team, also in self-play (where they learn)"""
+        if self.self_play:
+            learner_ids, opponent_ids = tuple(agents), ()
         native_obs = {a: tuple(env.observation_space(a).shape) for a in agents}
         self._native_n = {a: int(env.action_space(a).n) for a in agents}
+        if self.self_play and not pad_like_original and (
+                len({native_obs[a] for a in agents}) > 1 or len(set(self._native_n.values())) > 1):
+            raise ValueError(f"{self.name}: self-play needs one obs shape and action count for both teams; "
+                             f"set env.pad_like_original=true")
         if pad_like_original:
             padded = tuple(int(d) for d in np.max(np.array(list(native_obs.values())), axis=0))
             learner_obs = opponent_obs = padded
             learner_n = opponent_n = max(self._native_n.values())
         else:
-            learner_obs, opponent_obs = native_obs[learner_ids[0]], native_obs[opponent_ids[0]]
-            learner_n, opponent_n = self._native_n[learner_ids[0]], self._native_n[opponent_ids[0]]
+            learner_obs, opponent_obs = native_obs[learner_ids[0]], native_obs[self.opponent_team_ids[0]]
+            learner_n, opponent_n = self._native_n[learner_ids[0]], self._native_n[self.opponent_team_ids[0]]
         self.pad_like_original = pad_like_original
         self.spec = EnvSpec(
             name=self.name,
@@ -91,7 +111,7 @@ class MAgentEnv:
             # obs hold 0/1 presence and HP fractions: float16 keeps them within 5e-4 (not lossless)
             obs_dtype=np.float16,
             n_actions=learner_n,
-            team=self.team,
+            team=f"{self.opponent_team}+{self.team}" if self.self_play else self.team,
         )
         self.opponent_obs_shape: tuple[int, ...] = opponent_obs
         """one opponent's observation shape as given to the opponent policy"""
@@ -158,7 +178,8 @@ class MAgentEnv:
 
         Returns:
             StepResult over the N learners; info has 'all_agent_reward' (every agent, opponents
-            included, as RLlib logged it) and 'opponent_reward' (sum over opponents).
+            included, as RLlib logged it), 'opponent_reward' (sum over opponents) and 'opponent_alive'
+            (opponents not dead after this step).
         """
         if self._over:
             raise RuntimeError(f"{type(self).__name__}.step: the episode is over (or never started); call reset()")
@@ -207,6 +228,7 @@ class MAgentEnv:
             info={
                 "all_agent_reward": float(all_reward),
                 "opponent_reward": float(opponent_reward),
+                "opponent_alive": int(self._opp_alive_M.sum()),
             },
         )
 

@@ -64,7 +64,9 @@ def test_smoke_grid_is_the_paper_grid_at_a_tiny_budget() -> None:
     for r in smoke.runs:
         if not r.pending:
             cfg = r.config()
-            assert cfg.run.num_timesteps <= 300 and cfg.run.eval_episodes == 1 and cfg.dqn.model == "mlp"
+            assert cfg.run.num_timesteps <= 300 and cfg.run.eval_episodes == 1
+            model = {"seac": cfg.seac.model, "maddpg": "mlp", "qmix": "mlp"}.get(cfg.run.algo, cfg.dqn.model)
+            assert model == "mlp", r.entry
 
 
 def test_bandwidth_sweep() -> None:

@@ -302,5 +302,24 @@ def test_make_env_seeds_random_opponent_and_rejects_unknown() -> None:
     a, b = make_env(cfg, seed=9), make_env(cfg, seed=9)
     obs_m = np.zeros((4, 10, 10, 5), dtype=np.float32)
     np.testing.assert_array_equal(a.opponent.act(obs_m, np.ones(4, bool)), b.opponent.act(obs_m, np.ones(4, bool)))
-    with pytest.raises(ValueError, match="env.opponent: expected random, got 'pretrained'"):
+    with pytest.raises(ValueError, match="env.opponent: 'pretrained' needs a network opponent"):
         make_env(EnvConfig(name="battle", kwargs=dict(BATTLE), opponent="pretrained"))
+
+
+def test_self_play_makes_both_teams_learners() -> None:
+    for name, first, n in (("battle", "red_0", 12), ("adversarial_pursuit", "predator_0", 12)):
+        cfg = EnvConfig(name=name, kwargs=dict(load_env_defaults(name)["env"]["kwargs"]), opponent="learning",
+                        horizon=5)
+        env = make_env(cfg)
+        try:
+            spec = env.spec
+            assert spec.n_agents == n and spec.learner_ids[0] == first and spec.opponent_ids == ()
+            obs = env.reset(seed=1)
+            assert obs.shape == (n, *spec.obs_shape)
+            for _ in range(5):
+                res = env.step(np.zeros(n, dtype=np.int64))
+            assert res.episode_over and res.truncated_N.all()
+        finally:
+            env.close()
+    with pytest.raises(ValueError, match="pad_like_original"):
+        AdversarialPursuitEnv(ADV, self_play=True, pad_like_original=False)
