@@ -191,6 +191,8 @@ class MADDPGConfig:
     """Gumbel-softmax temperature"""
     shared_reward: bool = True
     """train every critic on the team reward (sum over learners), as the original did for pursuit"""
+    eval_mode: Literal["greedy", "sample"] = "greedy"
+    """evaluation actions: greedy = argmax of each actor's logits; sample = a draw from softmax(logits / temperature)"""
 
 
 @dataclass

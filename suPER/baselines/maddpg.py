@@ -12,7 +12,8 @@ frozen opponents of battle / adversarial pursuit live inside the env and are not
 Discrete actions use the Gumbel-softmax trick, straight-through (``gumbel_softmax_st``): the forward
 value is the one-hot of ``argmax(logits + g)`` and the gradient is that of
 ``softmax((logits + g) / temperature)``. Acting samples the same way (Gumbel-max = a categorical draw
-from ``softmax(logits / temperature)``); evaluation is greedy (``argmax logits``).
+from ``softmax(logits / temperature)``); evaluation is greedy (``argmax logits``), or samples the same way
+with its own generator when ``maddpg.eval_mode=sample``.
 
 Losses on a batch of B joint transitions (REFERENCE 7.2; ``alive_Bi`` = learner i acted at t):
 
@@ -81,11 +82,15 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         "reward": ((N,), np.float32), "done": ((N,), np.float32), "alive": ((N,), bool),
         "next_alive": ((N,), bool)}, rng=np.random.default_rng(cfg.run.seed + 1))
 
+    eval_rng = np.random.default_rng(cfg.run.seed + 3)  # evaluation draws never touch training randomness
+
     @torch.no_grad()
     def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
-        """argmax of each actor's logits (evaluation)."""
-        logits_N1A = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))
-        return logits_N1A[:, 0].argmax(-1).cpu().numpy()
+        """Evaluation actions: argmax of each actor's logits, or (``eval_mode=sample``) a Gumbel-max draw."""
+        logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))[:, 0].cpu().numpy()
+        if m.eval_mode == "sample":
+            logits_NA = logits_NA / m.gumbel_temperature - np.log(-np.log(eval_rng.random(logits_NA.shape)))
+        return logits_NA.argmax(-1)
 
     @torch.no_grad()
     def explore(obs_NO: np.ndarray) -> np.ndarray:
