@@ -1,6 +1,6 @@
 """Bounded, seeded learning checks for QMIX (in CI) and MADDPG (``slow``: not yet passing).
 
-Setting: the easy pursuit of tests/seac/test_learning.py (4 pursuers, 4 frozen evaders, 8x8, 100-step
+Setting: the easy pursuit of tests/seac/test_seac_learning.py (4 pursuers, 4 frozen evaders, 8x8, 100-step
 episodes, one pursuer catches an evader alone): a uniformly random policy scores about -19 there, an
 untrained greedy policy about -36 (it walks into walls). The settings differ from the paper's (more
 updates per episode, a larger learning rate, epsilon from 1.0) so that learning shows within a budget of
