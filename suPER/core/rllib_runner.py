@@ -280,11 +280,11 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progre
         timings["eval"] += time.perf_counter() - t0
         row: dict[str, Any] = {"env_steps": env_steps, **res.as_row(ids)}
         row.update(_train_stats(result, module_of, batch, env_steps, cfg))
-        now = time.perf_counter()
-        row["env_steps_per_sec"] = env_steps / max(now - t_loop - timings["eval"], 1e-9)
-        row["wall_time_s"] = now - t_start
         if cfg.relay.enabled:
             row.update(_relay_stats(result, module_of, spec.team))
+        now = time.perf_counter()  # throughput and wall time last, as suPER.loop.RunLoop writes them
+        row["env_steps_per_sec"] = env_steps / max(now - t_loop - timings["eval"], 1e-9)
+        row["wall_time_s"] = now - t_start
         metrics.append(row)
         logger.log(namespaced_metrics(row, timings), step=env_steps)
         return row

@@ -15,8 +15,8 @@ from suPER.runs import RunFolder, read_metrics
 
 TINY_ENV = {
     "pursuit": {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8},
-    "battle": {"env.kwargs.map_size": 12},
-    "adversarial_pursuit": {"env.kwargs.map_size": 12},
+    "battle": {"env.kwargs.map_size": 12, "env.opponent": "random"},  # fewer agents than the shipped opponent file
+    "adversarial_pursuit": {"env.kwargs.map_size": 12, "env.opponent": "random"},
 }
 
 
