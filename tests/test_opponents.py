@@ -208,9 +208,4 @@ def test_shipped_opponents_beat_random(name: str) -> None:
     finally:
         random_env.close()
     assert res.opponent_return_K.mean() > ref.opponent_return_K.mean()
-    if name == "adversarial_pursuit":
-        assert (res.outcome_K < 0).mean() >= 0.75  # the random prey lose at least 3 of the 4 episodes
-    else:
-        # the shipped battle red team does NOT beat random by a clear margin (its card): it learned to avoid
-        # the attack penalty and survives; it must at least never lose to the random team
-        assert (res.outcome_K > 0).sum() == 0
+    assert (res.outcome_K < 0).mean() >= 0.75  # the random team loses at least 3 of the 4 episodes
