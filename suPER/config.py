@@ -34,6 +34,11 @@ class ConfigError(ValueError):
     """Bad user input in a config value: the message names the key and what was expected."""
 
 
+def linear_schedule(t: int, start: float, end: float, duration: int) -> float:
+    """Linear decay shared by every epsilon-greedy trainer: v(t) = start + min(1, t / duration) * (end - start)."""
+    return start + min(1.0, t / max(1, duration)) * (end - start)
+
+
 @dataclass
 class EnvConfig:
     """Which environment to build and with which settings (REFERENCE section 4)."""
@@ -107,9 +112,8 @@ class DQNConfig:
     """one network (and one buffer) for the whole learning team"""
 
     def epsilon(self, env_steps: int) -> float:
-        """Linear schedule: eps(t) = eps0 + min(1, t / T) * (eps1 - eps0)."""
-        frac = min(1.0, env_steps / max(1, self.epsilon_timesteps))
-        return self.epsilon_initial + frac * (self.epsilon_final - self.epsilon_initial)
+        """Exploration at ``env_steps`` (``linear_schedule``)."""
+        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass
@@ -233,9 +237,8 @@ class QMIXConfig:
     """env steps over which epsilon decays linearly"""
 
     def epsilon(self, env_steps: int) -> float:
-        """Linear schedule: eps(t) = eps0 + min(1, t / T) * (eps1 - eps0)."""
-        frac = min(1.0, env_steps / max(1, self.epsilon_timesteps))
-        return self.epsilon_initial + frac * (self.epsilon_final - self.epsilon_initial)
+        """Exploration at ``env_steps`` (``linear_schedule``)."""
+        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from suPER.config import EnvConfig
 from suPER.envs.base import MultiAgentEnv
 
 ActFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -40,6 +41,23 @@ class EvalResult:
         }
         row.update({f"return_{a}": float(r) for a, r in zip(agent_ids, self.agent_return_mean_N)})
         return row
+
+
+def random_team_return(env_cfg: EnvConfig, episodes: int = 20, seed: int = 12345) -> float:
+    """Team return of a uniformly random policy on a seeded game: the bar the learning checks must clear.
+
+    The game itself is seeded by the first ``reset(seed)`` (``make_env``'s seed only seeds opponents),
+    so the baseline is the same number on every call.
+    """
+    from suPER.envs import make_env
+
+    env = make_env(env_cfg, seed=seed)
+    try:
+        env.reset(seed=seed)
+        rng = np.random.default_rng(0)
+        return evaluate(env, lambda obs, alive: rng.integers(0, env.spec.n_actions, len(obs)), episodes).team_return_mean
+    finally:
+        env.close()
 
 
 def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int,

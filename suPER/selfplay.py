@@ -117,7 +117,7 @@ def train_selfplay(cfg: C.ExperimentConfig, overwrite: bool = False,
         taken = snaps[-1].env_steps if snaps else 0
         if env_steps - taken < cfg.run.resolved_eval_interval or not latest.exists():
             return
-        state = torch.load(latest, map_location="cpu", weights_only=True)  # RunLoop layout: loop + trainer parts
+        state = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)  # mmap: the replay is not read
         steps = int(state["loop"]["env_steps"])
         if steps > taken:
             snaps.append(_split_and_save(state["trainer"]["q_net"], cfg, steps, snap_dir, ids, all_ids,

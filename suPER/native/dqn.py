@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
-from suPER.loop import ProgressFn, RunLoop, to_numpy, to_torch  # noqa: F401 (to_torch re-exported)
+from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import MultiAgentPER
 from suPER.runs import (

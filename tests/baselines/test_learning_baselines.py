@@ -22,8 +22,7 @@ import pytest
 
 from suPER import config as C
 from suPER.baselines import maddpg, qmix
-from suPER.envs import make_env
-from suPER.evaluation import evaluate
+from suPER.evaluation import random_team_return
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {
@@ -36,18 +35,10 @@ MARGIN = 8.0
 """required gain of the last two evaluations' mean over the random policy's return (QMIX seed 1: about +12)"""
 
 
-def random_team_return(cfg: C.ExperimentConfig, episodes: int = 20) -> float:
-    """Team return of a uniformly random policy on a seeded game (as tests/native/test_learning.py)."""
-    env = make_env(cfg.env, seed=12345)
-    env.reset(seed=12345)
-    rng = np.random.default_rng(0)
-    return evaluate(env, lambda obs, alive: rng.integers(0, env.spec.n_actions, len(obs)), episodes).team_return_mean
-
-
 def assert_learned(folder: Path, cfg: C.ExperimentConfig) -> None:
     returns = read_metrics(folder / "metrics.csv")["team_return_mean"]
     final = float(np.mean(returns[-2:]))  # the last two evaluations
-    random_return = random_team_return(cfg)
+    random_return = random_team_return(cfg.env)
     assert final > random_return + MARGIN, (final, random_return, returns)
 
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from suPER import config as C
-from suPER.envs import make_env
-from suPER.evaluation import evaluate
+from suPER.evaluation import random_team_return
 from suPER.native.dqn import train
 from suPER.runs import RunFolder, read_metrics
 
@@ -29,17 +28,10 @@ MARGIN = 3.0
 """required gain of the final team return over the random policy's (random: about -36, std over 20 eps ~4)"""
 
 
-def random_team_return(cfg: C.ExperimentConfig, episodes: int = 20) -> float:
-    env = make_env(cfg.env, seed=12345)
-    env.reset(seed=12345)  # seed the game itself (make_env's seed only seeds opponents): a fixed baseline
-    rng = np.random.default_rng(0)
-    return evaluate(env, lambda obs, alive: rng.integers(0, env.spec.n_actions, len(obs)), episodes).team_return_mean
-
-
 def learn(tmp_path: Path, seed: int, algo: str = "dqn", **extra: object) -> tuple[dict[str, np.ndarray], float]:
     cfg = C.resolve("pursuit", algo, overrides={**SMALL_PURSUIT, "run.seed": seed, **extra})
     train(cfg, RunFolder(tmp_path / f"s{seed}"))
-    return read_metrics(tmp_path / f"s{seed}" / "metrics.csv"), random_team_return(cfg)
+    return read_metrics(tmp_path / f"s{seed}" / "metrics.csv"), random_team_return(cfg.env)
 
 
 def assert_learned(metrics: dict[str, np.ndarray], random_return: float) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from suPER import campaigns
 from suPER import config as C
-from suPER.native.dqn import to_numpy, to_torch
+from suPER.loop import to_numpy, to_torch
 from suPER.replay import MultiAgentPER
 
 TINY = ["--env", "pursuit", "--model", "mlp", "--eval-interval", "100", "--eval-episodes", "1", "--no-progress",

@@ -17,8 +17,7 @@ import numpy as np
 
 from seac.trainer import train
 from suPER import config as C
-from suPER.envs import make_env
-from suPER.evaluation import evaluate
+from suPER.evaluation import random_team_return
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {
@@ -32,18 +31,11 @@ MARGIN = 8.0
 """required gain of the last two evaluations' mean over the random policy's return (seed 1: about +14)"""
 
 
-def random_team_return(cfg: C.ExperimentConfig, episodes: int = 20) -> float:
-    env = make_env(cfg.env, seed=12345)
-    env.reset(seed=12345)  # seed the game itself: a fixed baseline
-    rng = np.random.default_rng(0)
-    return evaluate(env, lambda obs, alive: rng.integers(0, env.spec.n_actions, len(obs)), episodes).team_return_mean
-
-
 def test_seac_team_return_rises_above_random(tmp_path: Path) -> None:
     cfg = C.resolve("pursuit", "seac", overrides={**EASY_PURSUIT, "run.seed": 1})
     train(cfg, RunFolder(tmp_path / "s1"))
     m = read_metrics(tmp_path / "s1" / "metrics.csv")
-    random_return = random_team_return(cfg)
+    random_return = random_team_return(cfg.env)
     final = float(np.mean(m["team_return_mean"][-2:]))  # evaluations at 18k and 24k env steps
     assert final > random_return + MARGIN, (final, random_return, m["team_return_mean"])
     assert m["seac_policy_loss"][-1] != 0.0  # the shared-experience term is active
