@@ -35,7 +35,7 @@ def learn(tmp_path: Path, seed: int, algo: str = "dqn", **extra: object) -> tupl
 
 
 def assert_learned(metrics: dict[str, np.ndarray], random_return: float) -> None:
-    final = float(np.mean(metrics["team_return_mean"][-3:]))  # last three evaluations (12k-20k steps)
+    final = float(np.mean(metrics["team_return_mean"][-3:]))  # last three evaluations
     assert final > random_return + MARGIN, (final, random_return, metrics["team_return_mean"])
 
 
@@ -52,9 +52,15 @@ def test_dqn_learns_for_five_seeds(tmp_path: Path, seed: int) -> None:
 
 
 def test_super_quantile_relays_about_bandwidth(tmp_path: Path) -> None:
-    """SUPER-quantile b=0.1 runs end to end, learns, and relays 5-20 % of fresh transitions on average."""
+    """SUPER-quantile b=0.1 runs end to end, learns, and relays 5-20 % of fresh transitions on average.
+
+    12k env steps (evaluations every 3k) suffice here: measured last-three means -14.9 (seed 1) and -23.2
+    (seed 2) against random -35.2 (tests/native, 2 cores under load, ~100 s each); plain DQN needs the 20k.
+    """
     metrics, random_return = learn(tmp_path, seed=1, algo="ddqn", **{"relay.enabled": True, "relay.mode": "quantile",
-                                                                     "relay.bandwidth": 0.1})
+                                                                     "relay.bandwidth": 0.1,
+                                                                     "run.num_timesteps": 12000,
+                                                                     "run.eval_interval": 3000})
     fractions = metrics["fraction_shared_mean"][1:]  # row 0 is the step-0 evaluation (nothing relayed yet)
     assert 0.05 <= float(np.mean(fractions)) <= 0.2, fractions
     assert metrics["relayed_rows_total"][-1] > 0
