@@ -174,7 +174,7 @@ def train(
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     backend: Annotated[str, typer.Option(help="native (fast batched trainer) | rllib (suPERDQN on RLlib 2.60)")] = "native",
 ) -> None:
-    """Train independent DQN learners (with optional SUPER relay) and write a run folder per seed.
+    """Train independent DQN learners (with optional SUPER relay), or a baseline (--algo seac|maddpg|qmix), and write a run folder per seed.
 
     The paper's main.py spellings work too: --num_timesteps, --num_seeds, --suPER True, --suPER_mode,
     --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
