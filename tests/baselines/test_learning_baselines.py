@@ -15,7 +15,8 @@ Measured since (seed 1, MADDPG_CHECK at 8k steps / eval every 2k unless noted, f
 evaluations; random -19.0):
 - MADDPG_CHECK without epsilon (Gumbel sampling only): -34.0 (12k steps: -34.8);
   ``shared_reward=false``: -29.6; plus ``gamma=0.95``: -32.2; plus ``actor_feature_reg=0.01``: -29.8;
-  relaxed (soft) Gumbel samples for the actor loss and target actions (shared reward): -33.2. ``actor_feature_reg=0.1`` keeps the actor uniform (entropy 1.60 of 1.61).
+  relaxed (soft) Gumbel samples for the actor loss and target actions (shared reward): -33.2.
+  ``actor_feature_reg=0.1`` keeps the actor uniform (entropy 1.60 of 1.61).
 - The actor's softmax collapses within 500 updates (entropy 1.61 -> 0.14, max prob 0.97) in every
   setting above, and the shared-reward critic overestimates (mean Q +2 to +3 while every row's
   team reward is about -0.4 per step).
