@@ -197,6 +197,17 @@ class MADDPGConfig:
     """train every critic on the team reward (sum over learners), as the original did for pursuit"""
     eval_mode: Literal["greedy", "sample"] = "greedy"
     """evaluation actions: greedy = argmax of each actor's logits; sample = a draw from softmax(logits / temperature)"""
+    epsilon_initial: float = 0.1
+    """epsilon-greedy start value: during training each learner acts uniformly at random with probability
+    epsilon instead of its Gumbel sample (the original's EpsilonGreedy exploration; 0 = sampling only)"""
+    epsilon_final: float = 0.001
+    """epsilon-greedy final value"""
+    epsilon_timesteps: int = 100_000
+    """env steps over which epsilon decays linearly"""
+
+    def epsilon(self, env_steps: int) -> float:
+        """Exploration at ``env_steps`` (``linear_schedule``)."""
+        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass

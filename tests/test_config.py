@@ -70,6 +70,14 @@ def test_epsilon_schedule() -> None:
     assert d.epsilon(0) == pytest.approx(0.1)
     assert d.epsilon(50_000) == pytest.approx(0.0505)
     assert d.epsilon(10**7) == pytest.approx(0.001)
+    m = C.resolve("pursuit", "maddpg").maddpg  # MADDPG: the original's EpsilonGreedy 0.1 -> 0.001 / 100k
+    assert (m.epsilon(0), m.epsilon(50_000), m.epsilon(10**7)) == pytest.approx((0.1, 0.0505, 0.001))
+    cfg = C.resolve("pursuit", "maddpg", overrides={"maddpg.epsilon_initial": 1.0, "maddpg.epsilon_timesteps": 10})
+    assert C.from_dict(cfg.to_dict()).maddpg.epsilon(5) == pytest.approx(0.5005)  # recorded in config.json
+    for key, value in (("maddpg.epsilon_initial", 1.5), ("maddpg.epsilon_final", -0.1),
+                       ("maddpg.epsilon_timesteps", 0)):
+        with pytest.raises(C.ConfigError, match=key):
+            C.resolve("pursuit", "maddpg", overrides={key: value})
 
 
 def test_run_name() -> None:

@@ -11,9 +11,19 @@ frozen opponents of battle / adversarial pursuit live inside the env and are not
 
 Discrete actions use the Gumbel-softmax trick, straight-through (``gumbel_softmax_st``): the forward
 value is the one-hot of ``argmax(logits + g)`` and the gradient is that of
-``softmax((logits + g) / temperature)``. Acting samples the same way (Gumbel-max = a categorical draw
-from ``softmax(logits / temperature)``); evaluation is greedy (``argmax logits``), or samples the same way
-with its own generator when ``maddpg.eval_mode=sample``.
+``softmax((logits + g) / temperature)``. Evaluation is greedy (``argmax logits``), or samples with its
+own generator when ``maddpg.eval_mode=sample``.
+
+Training exploration (the original's EpsilonGreedy on top of the actors, REFERENCE 7.2): each learner i
+independently acts
+
+    a_i = uniform over its A actions                         with probability eps(t)
+    a_i = argmax(logits_i / temperature + g), g ~ Gumbel     otherwise (a draw from softmax(logits_i / T))
+
+with ``eps(t) = linear_schedule(t, epsilon_initial, epsilon_final, epsilon_timesteps)`` at env step t
+(0.1 -> 0.001 over 100k by default). Epsilon keeps actions the actor has already given up on reaching
+the replay, so the centralized critics can still rank them. ``epsilon_initial = epsilon_final = 0``
+gives pure Gumbel sampling.
 
 Losses on a batch of B joint transitions (REFERENCE 7.2; ``alive_Bi`` = learner i acted at t):
 
@@ -82,6 +92,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         "reward": ((N,), np.float32), "done": ((N,), np.float32), "alive": ((N,), bool),
         "next_alive": ((N,), bool)}, rng=np.random.default_rng(cfg.run.seed + 1))
 
+    rng = np.random.default_rng(cfg.run.seed)  # epsilon-greedy exploration draws
     eval_rng = np.random.default_rng(cfg.run.seed + 3)  # evaluation draws never touch training randomness
 
     @torch.no_grad()
@@ -94,16 +105,19 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     @torch.no_grad()
     def explore(obs_NO: np.ndarray) -> np.ndarray:
-        """Gumbel-max sample of each actor's softmax(logits / temperature) (training)."""
+        """Training actions: per learner, uniform with probability epsilon, else a Gumbel-max sample of
+        softmax(logits / temperature) (module docstring)."""
         logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))[:, 0]
-        return (logits_NA / m.gumbel_temperature + sample_gumbel(logits_NA)).argmax(-1).cpu().numpy()
+        sampled_N = (logits_NA / m.gumbel_temperature + sample_gumbel(logits_NA)).argmax(-1).cpu().numpy()
+        random_N = rng.random(N) < m.epsilon(loop.env_steps)
+        return np.where(random_N, rng.integers(0, A, N), sampled_N)
 
     def trainer_state() -> dict[str, Any]:
         return {"actor": actor.state_dict(), "critic": critic.state_dict(),
                 "target_actor": target_actor.state_dict(), "target_critic": target_critic.state_dict(),
                 "actor_opt": actor_opt.state_dict(), "critic_opt": critic_opt.state_dict(),
                 "replay": buffer.state_dict() if cfg.run.checkpoint_replay else None,
-                "updates": updates, "learn_after": learn_after}
+                "rng": rng.bit_generator.state, "updates": updates, "learn_after": learn_after}
 
     # ---- resume or start
     updates, learn_after = 0, m.learning_starts
@@ -115,6 +129,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                          (target_critic, "target_critic"), (actor_opt, "actor_opt"), (critic_opt, "critic_opt")):
             net.load_state_dict(state[key])
         updates, learn_after = int(state["updates"]), int(state["learn_after"])
+        if "rng" in state:  # checkpoints written before epsilon-greedy exploration have none
+            rng.bit_generator.state = state["rng"]
         if state["replay"] is not None:
             buffer.load_state_dict(to_numpy(state["replay"], keep=("rng",)))
         else:  # refill the empty buffer before learning again
@@ -129,14 +145,15 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     def extra() -> dict[str, Any]:
         row = {"critic_loss": float(np.mean(critic_losses)) if critic_losses else float("nan"),
-               "actor_loss": float(np.mean(actor_losses)) if actor_losses else float("nan"), "updates": updates}
+               "actor_loss": float(np.mean(actor_losses)) if actor_losses else float("nan"),
+               "epsilon": m.epsilon(loop.env_steps), "updates": updates}
         critic_losses.clear()
         actor_losses.clear()
         return row
 
     # ---- loop: one iteration = one env step
     while not loop.done:
-        # act: Gumbel-max samples of the current actors
+        # act: Gumbel-max samples of the current actors, uniform with probability epsilon
         with loop.timer("act"):
             actions_N = explore(obs_NO)
         # step

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,44 @@ def test_resume_continues_the_schedule(tmp_path: Path) -> None:
     assert list(m["env_steps"]) == [0, 100, 200, 300]
     assert m["updates"][-1] == len(range(52, 301, 4))  # as uninterrupted: the counter comes from the checkpoint
     assert np.isfinite(m["critic_loss"][1:]).all()
+
+
+def test_losses_learn_a_one_step_team_game() -> None:
+    """critic_loss + actor_loss alone solve a one-step game: team reward u[a_0] + u[a_1], best action 1.
+
+    Isolates the losses from the env: constant observations, done = 1 (y = r), actions drawn as in
+    training (Gumbel sample, uniform with probability epsilon = 0.1, the default's start value). Both
+    actors should end up with most of their mass on the best action. Without epsilon (seed 0, measured)
+    actor 0 collapses onto action 2 (p = 0.996, u = 0.3) within 300 updates: it saturates its softmax
+    before the critic has ranked the actions, the critic never sees action 1 for it again, and the
+    straight-through gradient through a saturated softmax no longer moves it. With epsilon the critic
+    keeps seeing every action and both actors reach p(1) = 0.999 (seeds 0-3, measured).
+    """
+    torch.manual_seed(0)
+    n, obs_dim, a_dim, bs = 2, 2, 3, 32
+    u = torch.tensor([0.0, 1.0, 0.3])
+    actor, critic = BatchedMLP(n, obs_dim, [16], a_dim), BatchedMLP(n, n * (obs_dim + a_dim), [16], 1)
+    t_actor, t_critic = copy.deepcopy(actor), copy.deepcopy(critic)
+    a_opt, c_opt = torch.optim.Adam(actor.parameters(), lr=3e-3), torch.optim.Adam(critic.parameters(), lr=3e-3)
+    obs = torch.ones(bs, n, obs_dim)
+    ones = torch.ones(bs, n, dtype=torch.bool)
+    for _ in range(300):
+        with torch.no_grad():
+            logits = actor(obs.transpose(0, 1))
+            act = (logits + maddpg.sample_gumbel(logits)).argmax(-1).T
+            act = torch.where(torch.rand(bs, n) < 0.1, torch.randint(0, a_dim, (bs, n)), act)
+        r = u[act].sum(-1, keepdim=True).expand(bs, n) / n
+        b = {"obs": obs, "next_obs": obs, "action": act, "reward": r.contiguous(), "done": torch.ones(bs, n),
+             "alive": ones, "next_alive": ones}
+        c_loss = maddpg.critic_loss(critic, t_actor, t_critic, b, 0.9, True, 1.0,
+                                    maddpg.sample_gumbel(torch.empty(n, bs, a_dim)))
+        c_opt.zero_grad()
+        c_loss.sum().backward()
+        c_opt.step()
+        a_loss = maddpg.actor_loss(actor, critic, b, 0.001, 1.0, maddpg.sample_gumbel(torch.empty(n, bs, a_dim)))
+        a_opt.zero_grad()
+        a_loss.sum().backward()
+        a_opt.step()
+    with torch.no_grad():
+        p = torch.softmax(actor(obs[:1].transpose(0, 1))[:, 0], -1)
+    assert (p[:, 1] > 0.8).all(), p
