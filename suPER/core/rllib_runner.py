@@ -49,8 +49,24 @@ from suPER.runs import (  # same Summary and W&B key names as the native backend
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 
-PAPER_CONV_FILTERS = [[32, 2, 1, "valid"], [64, 2, 1, "valid"], [64, 2, 1, "valid"]]
-"""The paper's conv stack (PursuitModel / BattleModel) in RLlib's [out_channels, kernel, stride, padding] form."""
+def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
+    """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
+
+    RLlib's ``DefaultModelConfig`` fields are kept at their defaults (nothing reads them for this module,
+    but connectors may look up keys such as ``max_seq_len``).
+
+    Args:
+        body: ``conv`` or ``mlp`` (``dqn.model``).
+        hiddens: ``dqn.hiddens``.
+        obs_shape: one observation (H, W, C) as the env adapter gives it.
+
+    Returns:
+        the model config dict.
+    """
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    return {**dataclasses.asdict(DefaultModelConfig()), "paper_body": body, "paper_hiddens": int(hiddens),
+            "paper_obs_shape": [int(s) for s in obs_shape]}
 
 
 def _rllib_env_class() -> type:
@@ -136,9 +152,10 @@ def build_config(cfg: ExperimentConfig) -> Any:
     Returns:
         A suPERDQNConfig ready for ``build_algo()``.
     """
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from suPER.core.rllib_buffer import BUFFER_PATH
+    from suPER.core.rllib_model import PaperDQNTorchRLModule
     from suPER.core.trainers import suPERDQNConfig
 
     d, rc, run = cfg.dqn, cfg.relay, cfg.run
@@ -146,12 +163,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     spec = probe.spec
     probe.close()
     env_seed = run.seed + cfg.env.seed_offset
-    if d.model == "conv":
-        model = DefaultModelConfig(conv_filters=PAPER_CONV_FILTERS, conv_activation="relu",
-                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
-    else:
-        model = DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
-                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
+    model = paper_model_config(d.model, d.hiddens, tuple(spec.obs_shape))
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)
@@ -169,7 +181,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=d.rollout_fragment_length)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
         .multi_agent(policies=policies, policy_mapping_fn=mapping, count_steps_by="env_steps")
-        .rl_module(model_config=model)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=PaperDQNTorchRLModule), model_config=model)
         .training(
             lr=d.lr, gamma=d.gamma, adam_epsilon=d.adam_eps, grad_clip=d.grad_clip, grad_clip_by="global_norm",
             train_batch_size_per_learner=batch, n_step=1, double_q=d.double_q, dueling=d.dueling,
