@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from ray.rllib.algorithms.dqn.default_dqn_rl_module import QF_PREDS
 from ray.rllib.algorithms.dqn.torch.default_dqn_torch_rl_module import DefaultDQNTorchRLModule
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.models.base import ENCODER_OUT
@@ -126,6 +127,21 @@ class PaperDQNTorchRLModule(DefaultDQNTorchRLModule):
         self.af = net.advantage_module
         if self.uses_dueling:
             self.vf = net.value_module
+
+    def _forward_exploration(self, batch: dict[str, Any], t: int) -> dict[str, Any]:
+        """Epsilon-greedy with the random action uniform over *all* actions (the original and native).
+
+        ``DefaultDQNTorchRLModule`` draws the random action from ``multinomial(Q != 0)``: it treats an
+        action whose Q-value is exactly 0.0 as masked, and raises when all are (e.g. the mlp body, whose
+        biases start at zero, on an all-zero observation). Our envs have no action masks.
+        """
+        q = self.compute_q_values(batch)[QF_PREDS]
+        greedy = q.argmax(-1)
+        self.epsilon_schedule.update(t)
+        epsilon = self.epsilon_schedule.get_current_value()
+        random_actions = torch.randint(0, int(self.action_space.n), greedy.shape, device=greedy.device)
+        explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+        return {Columns.ACTIONS: torch.where(explore, random_actions, greedy)}
 
 
 # --------------------------------------------------------------------------------------------------
