@@ -5,13 +5,15 @@ Same inputs and outputs as ``suPER.native.dqn.train``: an ``ExperimentConfig`` i
 What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.envs.make_env``,
 wrapped as an RLlib ``MultiAgentEnv`` whose agents are the *learners only*; fixed opponents act
 inside the adapter, as in the native backend and the original), RLlib's Learner updates one
-``DefaultDQNTorchRLModule`` per learner, and ``suPERDQN`` relays.
+``PaperDQNTorchRLModule`` (``suPER.core.rllib_model``) per learner, and ``suPERDQN`` relays.
 
 Mapping of the config (differences from the native trainer in brackets):
-- nets: ``conv`` = RLlib's CNN encoder with the paper's three 2x2 stride-1 "valid" convs (32, 64, 64,
-  ReLU) straight into dueling heads of ``hiddens`` units [the paper's 64-unit and ``hiddens``-unit
-  dense layers after the convs are not part of RLlib's default encoder]; ``mlp`` = flattened obs ->
-  2x64 tanh -> heads [RLlib's default init].
+- nets: the paper's network for both ``--model conv`` and ``--model mlp``: ``PaperDQNTorchRLModule``
+  holds exactly ``suPER.models.qnet.ReferenceQNet``'s layers (conv: three 2x2 stride-1 valid convs
+  32/64/64·ReLU -> Linear(->64)·ReLU -> Linear(64->hiddens); mlp: flattened obs -> 2x64 tanh; dueling
+  or plain heads Linear(->hiddens)·ReLU -> Linear), with ReferenceQNet's initialisers, and draws
+  exploration actions uniformly over all actions [native: one ``BatchedQNet`` for all learners, which
+  equals per-learner ReferenceQNets].
 - replay: ``suPERDQN``'s relay buffer with capacity ``buffer_size`` env steps [native: per-agent
   transitions; equal when every learner acts every step], alpha/beta as configured [RLlib stores
   ``max(|td|, 1e-12)`` as priority: no ``per_eps``].
