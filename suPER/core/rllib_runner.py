@@ -19,7 +19,9 @@ Mapping of the config (differences from the native trainer in brackets):
   ``max(|td|, 1e-12)`` as priority: no ``per_eps``].
 - one update of every module (``batch_size`` rows each) per ``rollout_fragment_length`` env steps,
   learning from ``learning_starts`` env steps [RLlib: ``>=``, native: ``>``]; hard target sync every
-  ``target_update_freq`` env steps; Huber loss; Adam(lr, adam_eps); grad-norm clip per module.
+  ``target_update_freq`` env steps; IS-weighted Huber loss; Adam(lr) [RLlib 2.60's new-stack Learner
+  ignores ``adam_epsilon`` and uses torch's default eps 1e-8, equal to ``dqn.adam_eps``'s default];
+  grad-norm clip per module.
 - epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
 - one RLlib iteration = ``run.resolved_eval_interval`` env steps, then a greedy evaluation with
   ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it.
