@@ -24,6 +24,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "core/trainers.py": ("suPER.native", "suPER.cli", "wandb"),
     "core/rllib_buffer.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.models", "wandb"),
     "core/rllib_runner.py": ("suPER.native", "suPER.cli", "wandb"),
+    "core/rllib_model.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.replay", "wandb"),
     "opponents.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.campaigns", "suPER.cli", "ray", "wandb"),
     "selfplay.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.cli", "ray", "wandb"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),

@@ -5,19 +5,23 @@ Same inputs and outputs as ``suPER.native.dqn.train``: an ``ExperimentConfig`` i
 What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.envs.make_env``,
 wrapped as an RLlib ``MultiAgentEnv`` whose agents are the *learners only*; fixed opponents act
 inside the adapter, as in the native backend and the original), RLlib's Learner updates one
-``DefaultDQNTorchRLModule`` per learner, and ``suPERDQN`` relays.
+``PaperDQNTorchRLModule`` (``suPER.core.rllib_model``) per learner, and ``suPERDQN`` relays.
 
 Mapping of the config (differences from the native trainer in brackets):
-- nets: ``conv`` = RLlib's CNN encoder with the paper's three 2x2 stride-1 "valid" convs (32, 64, 64,
-  ReLU) straight into dueling heads of ``hiddens`` units [the paper's 64-unit and ``hiddens``-unit
-  dense layers after the convs are not part of RLlib's default encoder]; ``mlp`` = flattened obs ->
-  2x64 tanh -> heads [RLlib's default init].
+- nets: the paper's network for both ``--model conv`` and ``--model mlp``: ``PaperDQNTorchRLModule``
+  holds exactly ``suPER.models.qnet.ReferenceQNet``'s layers (conv: three 2x2 stride-1 valid convs
+  32/64/64·ReLU -> Linear(->64)·ReLU -> Linear(64->hiddens); mlp: flattened obs -> 2x64 tanh; dueling
+  or plain heads Linear(->hiddens)·ReLU -> Linear), with ReferenceQNet's initialisers, and draws
+  exploration actions uniformly over all actions [native: one ``BatchedQNet`` for all learners, which
+  equals per-learner ReferenceQNets].
 - replay: ``suPERDQN``'s relay buffer with capacity ``buffer_size`` env steps [native: per-agent
   transitions; equal when every learner acts every step], alpha/beta as configured [RLlib stores
   ``max(|td|, 1e-12)`` as priority: no ``per_eps``].
 - one update of every module (``batch_size`` rows each) per ``rollout_fragment_length`` env steps,
   learning from ``learning_starts`` env steps [RLlib: ``>=``, native: ``>``]; hard target sync every
-  ``target_update_freq`` env steps; Huber loss; Adam(lr, adam_eps); grad-norm clip per module.
+  ``target_update_freq`` env steps; IS-weighted Huber loss; Adam(lr) [RLlib 2.60's new-stack Learner
+  ignores ``adam_epsilon`` and uses torch's default eps 1e-8, equal to ``dqn.adam_eps``'s default];
+  grad-norm clip per module.
 - epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
 - one RLlib iteration = ``run.resolved_eval_interval`` env steps, then a greedy evaluation with
   ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it.
@@ -49,8 +53,24 @@ from suPER.runs import (  # same Summary and W&B key names as the native backend
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 
-PAPER_CONV_FILTERS = [[32, 2, 1, "valid"], [64, 2, 1, "valid"], [64, 2, 1, "valid"]]
-"""The paper's conv stack (PursuitModel / BattleModel) in RLlib's [out_channels, kernel, stride, padding] form."""
+def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
+    """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
+
+    RLlib's ``DefaultModelConfig`` fields are kept at their defaults (nothing reads them for this module,
+    but connectors may look up keys such as ``max_seq_len``).
+
+    Args:
+        body: ``conv`` or ``mlp`` (``dqn.model``).
+        hiddens: ``dqn.hiddens``.
+        obs_shape: one observation (H, W, C) as the env adapter gives it.
+
+    Returns:
+        the model config dict.
+    """
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    return {**dataclasses.asdict(DefaultModelConfig()), "paper_body": body, "paper_hiddens": int(hiddens),
+            "paper_obs_shape": [int(s) for s in obs_shape]}
 
 
 def _rllib_env_class() -> type:
@@ -136,9 +156,10 @@ def build_config(cfg: ExperimentConfig) -> Any:
     Returns:
         A suPERDQNConfig ready for ``build_algo()``.
     """
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from suPER.core.rllib_buffer import BUFFER_PATH
+    from suPER.core.rllib_model import PaperDQNTorchRLModule
     from suPER.core.trainers import suPERDQNConfig
 
     d, rc, run = cfg.dqn, cfg.relay, cfg.run
@@ -146,12 +167,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     spec = probe.spec
     probe.close()
     env_seed = run.seed + cfg.env.seed_offset
-    if d.model == "conv":
-        model = DefaultModelConfig(conv_filters=PAPER_CONV_FILTERS, conv_activation="relu",
-                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
-    else:
-        model = DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh",
-                                   head_fcnet_hiddens=[d.hiddens], head_fcnet_activation="relu")
+    model = paper_model_config(d.model, d.hiddens, tuple(spec.obs_shape))
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)
@@ -169,7 +185,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=d.rollout_fragment_length)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
         .multi_agent(policies=policies, policy_mapping_fn=mapping, count_steps_by="env_steps")
-        .rl_module(model_config=model)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=PaperDQNTorchRLModule), model_config=model)
         .training(
             lr=d.lr, gamma=d.gamma, adam_epsilon=d.adam_eps, grad_clip=d.grad_clip, grad_clip_by="global_norm",
             train_batch_size_per_learner=batch, n_step=1, double_q=d.double_q, dueling=d.dueling,
