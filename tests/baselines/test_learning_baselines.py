@@ -37,6 +37,23 @@ evaluations; random -19.0):
   -12.4, -0.9); 12k steps: -7.1 (-0.5 at 9k, -13.7 at 12k); ``shared_reward=false``: -7.2; ``gamma=0.95``:
   -10.9; epsilon over 3k: -15.2; ``obs_range=5``: -8.7; critic-only warm-up of 1500 updates before the
   first actor step: -13.7. Rising towards the end in most, but not above random + 8 and unstable.
+- Smaller observations (``env.kwargs.obs_range=3``: 27 numbers per agent; MADDPG_CHECK, 8k steps, greedy
+  evaluation unless noted; one run 26-40 s of one core, rollout_fragment_length 1: 58-63 s). Random: 4
+  pursuers -19.0, 3 pursuers -10.9 (50 episodes on other layout seeds: -12.1, -9.0, -9.8, -8.0), 3
+  pursuers / 3 evaders -12.6. Evaluations at 0, 2k, ..., 8k:
+  4 pursuers seed 1: -37.8, -33.6, -25.6, -33.4, -20.7 (final -27.0); ``rollout_fragment_length=1``:
+  final -32.4; ``gumbel_temperature=3``: -37.8, -32.4, -14.7, -9.3, -24.0 (final -16.7, unstable); plus
+  ``actor_lr=3e-4``: final -26.3.
+  3 pursuers (pass needs > -2.9) seed 1: -27.1, -23.5, -17.2, -17.1, -7.2 (final -12.2; 12k: -13.4), seed 2:
+  final -15.4; ``gumbel_temperature=3``: -27.1, -23.7, -17.0, -7.5, -7.8 (final -7.6; 12k: -6.4 with -2.9
+  at 12k; 16k with epsilon over 10k: -14.8); temperature 5: -9.5; temperature 3 plus ``critic_lr=3e-3``:
+  -13.3; plus ``rollout_fragment_length=1``: -16.6. 2 pursuers, temperature 3: -7.4 (random -6.4).
+  Higher Gumbel temperature helps most, more updates per step or a larger critic lr do not.
+- Sampled evaluation (``maddpg.eval_mode=sample``), 3 pursuers, obs_range 3: temperature 1 seed 1 final
+  -2.8 (evaluations -6.4, -18.3, -13.1, -10.1, 4.4); temperature 3 seed 1 +2.6 (-4.4, -7.2, -2.1, 2.7, 2.5),
+  seed 2 -4.2 (-1.2, -18.4, -5.4, 0.9, -9.4), seed 3 -3.4 (-15.0, -17.1, -3.7, -3.0, -3.9). Not adopted:
+  it fails on seeds 2 and 3, and at step 0 the untrained sampled policy already scores random + 6.5 and
+  + 9.7 on seeds 1 and 2 (10 evaluation episodes), so the +8 margin would not show learning there.
 """
 
 from __future__ import annotations
