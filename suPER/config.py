@@ -179,9 +179,6 @@ class MADDPGConfig:
     """soft target update: target <- tau * online + (1 - tau) * target"""
     hiddens: list[int] = field(default_factory=lambda: [64, 64])
     """actor and critic hidden layers (ReLU)"""
-    critic_layer_norm: bool = False
-    """normalise each critic input row (all observations and one-hot actions) over its features
-    (``F.layer_norm``, no learned parameters) before the first layer"""
     batch_size: int = 32
     """transitions per update"""
     buffer_size: int = 120_000

@@ -30,8 +30,7 @@ Losses on a batch of B joint transitions (REFERENCE 7.2; ``alive_Bi`` = learner 
 * critic i: ``y_i = r_i + gamma (1 - d_i) Q'_i(o', a')`` with ``a'_j`` the target actor j's
   straight-through sample at ``o'_j`` (zero for learners dead at t+1), and
   ``L_i = sum_b alive_bi (Q_i(o, a) - y_i)^2 / max(1, sum_b alive_bi)``. With ``shared_reward``
-  every ``r_i`` is the team reward ``sum_j r_j`` (the original's pursuit setting). With
-  ``critic_layer_norm`` each critic input row is normalised over its features first (off by default).
+  every ``r_i`` is the team reward ``sum_j r_j`` (the original's pursuit setting).
 * actor i: ``L_i = -sum_b alive_bi Q_i(o, a_1..pi_i(o_i)..a_N) / max(1, sum_b alive_bi)
   + actor_feature_reg * mean over alive rows and actions of logits_i^2``: the buffer's joint action
   with agent i's own action replaced by its current straight-through sample (RLlib's MADDPG loss).
@@ -81,8 +80,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- networks: N actors and N centralized critics, each set one batched module; soft-updated targets
     actor = BatchedMLP(N, OBS, m.hiddens, A).to(device)
-    critic = BatchedMLP(N, N * (OBS + A), m.hiddens, 1,
-                        input_norm=m.critic_layer_norm).to(device)
+    critic = BatchedMLP(N, N * (OBS + A), m.hiddens, 1).to(device)
     target_actor = copy.deepcopy(actor).requires_grad_(False)
     target_critic = copy.deepcopy(critic).requires_grad_(False)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=m.actor_lr)

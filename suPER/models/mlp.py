@@ -26,14 +26,11 @@ class BatchedMLP(nn.Module):
         in_features: I.
         hiddens: hidden layer widths (ReLU after each).
         out_features: Y (no activation on the output).
-        input_norm: normalise each input row to zero mean and unit variance over its I features first
-            (``F.layer_norm`` without learned scale or shift, so no parameters are added).
     """
 
     def __init__(self, n_policies: int, in_features: int, hiddens: list[int] | tuple[int, ...],
-                 out_features: int, input_norm: bool = False) -> None:
+                 out_features: int) -> None:
         super().__init__()
-        self.input_norm = bool(input_norm)
         if n_policies < 1 or in_features < 1 or out_features < 1:
             raise ValueError(f"n_policies, in_features and out_features must be >= 1, got "
                              f"{n_policies}, {in_features}, {out_features}")
@@ -52,7 +49,7 @@ class BatchedMLP(nn.Module):
 
     def forward(self, x_PBI: torch.Tensor) -> torch.Tensor:
         """Args: x_PBI: ``[P, B, I]`` (a broadcast view ``expand(P, B, I)`` is fine). Returns: ``[P, B, Y]``."""
-        x = F.layer_norm(x_PBI, x_PBI.shape[-1:]) if self.input_norm else x_PBI
+        x = x_PBI
         for layer in self.layers[:-1]:
             x = F.relu(layer(x))
         return self.layers[-1](x)

@@ -183,12 +183,3 @@ def test_losses_learn_a_one_step_team_game() -> None:
         p = torch.softmax(actor(obs[:1].transpose(0, 1))[:, 0], -1)
     assert (p[:, 1] > 0.8).all(), p
 
-
-def test_critic_layer_norm_normalises_each_input_row() -> None:
-    torch.manual_seed(0)
-    plain = BatchedMLP(2, 6, [5], 1)
-    normed = BatchedMLP(2, 6, [5], 1, input_norm=True)
-    normed.load_state_dict(plain.state_dict())  # no extra parameters
-    x = torch.randn(2, 4, 6) * 3 + 1
-    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
-    torch.testing.assert_close(normed(x), plain((x - mean) / torch.sqrt(var + 1e-5)))
