@@ -30,7 +30,7 @@ import json
 import math
 import pickle
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,6 +286,11 @@ def opponent_path(env_name: str, opponent: str) -> Path:
     return OPPONENTS_DIR / f"{env_name}.safetensors" if opponent == "pretrained" else Path(opponent)
 
 
+def has_network_opponent(cfg: C.EnvConfig) -> bool:
+    """True when ``cfg``'s opponent team is a weights file (``pretrained`` or a PATH), not random / learning."""
+    return cfg.name in OPPONENT_ENVS and cfg.opponent not in OPPONENT_KINDS
+
+
 def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
     """``suPER.envs.make_env`` plus network opponents: ``env.opponent`` = pretrained or a file PATH.
 
@@ -298,7 +303,7 @@ def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
         The adapter with its opponent set.
     """
     env = _make_env(cfg, seed=seed, opponent=None if cfg.opponent in OPPONENT_KINDS else _Placeholder())
-    if cfg.name in OPPONENT_ENVS and cfg.opponent not in OPPONENT_KINDS:
+    if has_network_opponent(cfg):
         try:
             net, _ = load_team(opponent_path(cfg.name, cfg.opponent), env, "opponent", cfg.opponent_allow_pickle)
         except BaseException:
@@ -321,7 +326,7 @@ class _Placeholder:
 
 def check_opponent(cfg: C.EnvConfig) -> None:
     """Load the configured opponent once (before a run folder is written): bad files fail early."""
-    if cfg.name in OPPONENT_ENVS and cfg.opponent not in OPPONENT_KINDS:
+    if has_network_opponent(cfg):
         make_env(cfg).close()
 
 
@@ -467,25 +472,18 @@ def _net_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:
     d = cfg.get("dqn", {})
     spec = env.spec
     n_pol = int(q["fc1.weight"].shape[0])
-    ids: Sequence[str] = spec.learner_ids
-    if cfg.get("env", {}).get("opponent") == "learning" and n_pol != spec.n_agents:
-        # a self-play checkpoint: all agents in env order; keep the learning team's slices
-        all_ids = [*getattr(env, "opponent_team_ids", ()), *spec.learner_ids]
-        if n_pol != len(all_ids):
-            raise OpponentFileError(f"{path}: expected {len(all_ids)} self-play policies, found {n_pol}")
-        full = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.get("model", "conv"),  # type: ignore[arg-type]
-                           dueling=d.get("dueling", True), hiddens=d.get("hiddens", 256))
-        full.load_state_dict(q)
-        net = BatchedQNet(len(ids), spec.obs_shape, spec.n_actions, body=d.get("model", "conv"),  # type: ignore[arg-type]
-                          dueling=d.get("dueling", True), hiddens=d.get("hiddens", 256))
-        for i, a in enumerate(ids):
-            net.load_policy_state_dict(i, full.policy_state_dict(all_ids.index(a)))
-        return net.eval().requires_grad_(False)
-    if n_pol not in (1, spec.n_agents):
+    self_play = cfg.get("env", {}).get("opponent") == "learning" and n_pol != spec.n_agents
+    # a self-play checkpoint holds all agents in env order; the learning team's slices are kept
+    all_ids = [*getattr(env, "opponent_team_ids", ()), *spec.learner_ids] if self_play else []
+    if self_play and n_pol != len(all_ids):
+        raise OpponentFileError(f"{path}: expected {len(all_ids)} self-play policies, found {n_pol}")
+    if not self_play and n_pol not in (1, spec.n_agents):
         raise OpponentFileError(f"{path}: expected 1 or {spec.n_agents} policies for {spec.name}, found {n_pol}")
     net = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.get("model", "conv"),  # type: ignore[arg-type]
                       dueling=d.get("dueling", True), hiddens=d.get("hiddens", 256))
     expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
     _check_shapes(path, expected, {k: tuple(v.shape) for k, v in q.items()})
     net.load_state_dict(q)
+    if self_play:
+        net = net.subset([all_ids.index(a) for a in spec.learner_ids])
     return net.eval().requires_grad_(False)

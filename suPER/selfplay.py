@@ -85,9 +85,7 @@ def _split_and_save(q_state: dict[str, torch.Tensor], cfg: C.ExperimentConfig, e
     full.load_state_dict(q_state)
     files = {}
     for side, team_ids in ids.items():
-        net = BatchedQNet(len(team_ids), obs_shape, n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
-        for i, a in enumerate(team_ids):
-            net.load_policy_state_dict(i, full.policy_state_dict(all_ids.index(a)))
+        net = full.subset([all_ids.index(a) for a in team_ids])
         path = folder / f"step_{env_steps:08d}_{team_ids[0].split('_')[0]}.safetensors"
         save_team(path, net, TeamMeta(env=cfg.env.name, agent_ids=team_ids, obs_shape=obs_shape, n_actions=n_actions,
                                       body=d.model, dueling=d.dueling, hiddens=d.hiddens))

@@ -5,7 +5,6 @@ Used by ``super-marl train``, by every Ray Tune trial of ``grid run`` and by eve
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from suPER import config as C
@@ -53,15 +52,14 @@ def trainer_for(backend: str, algo: str = "ddqn") -> Any:
 def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
     """Which opponent weights a run plays against (path and SHA-256), for its manifest: ``pretrained``
     names a file that a later version of the repository may replace."""
-    import hashlib
+    from suPER.opponents import has_network_opponent, opponent_path, sha256
 
-    if cfg.env.name not in ("battle", "adversarial_pursuit") or cfg.env.opponent in ("random", "learning"):
+    if not has_network_opponent(cfg.env):
         return {}
-    path = (C.EXPERIMENTS_DIR / "opponents" / f"{cfg.env.name}.safetensors" if cfg.env.opponent == "pretrained"
-            else Path(cfg.env.opponent))
+    path = opponent_path(cfg.env.name, cfg.env.opponent)
     if not path.is_file():
         return {}
-    return {"opponent_file": str(path), "opponent_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {"opponent_file": str(path), "opponent_sha256": sha256(path)}
 
 
 def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "native", progress: Any = None,

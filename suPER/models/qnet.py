@@ -22,7 +22,7 @@ Shapes: ``P`` policies, ``B`` batch rows per policy, ``O`` one observation ``(H,
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -379,6 +379,21 @@ class BatchedQNet(nn.Module):
             name -> detached contiguous copy; ``BatchedQNet(1, ...).load_state_dict`` accepts it.
         """
         return {name: self.policy_slice(param.detach(), p).clone() for name, param in self.named_parameters()}
+
+    def subset(self, policies: Sequence[int]) -> BatchedQNet:
+        """A new net holding copies of the given policies, in that order (e.g. one team of a self-play net).
+
+        Args:
+            policies: policy indices of this net.
+
+        Returns:
+            ``BatchedQNet`` with ``P = len(policies)`` and this net's configuration.
+        """
+        net = BatchedQNet(len(policies), self.obs_shape, self.n_actions, body=self.body, dueling=self.dueling,
+                          hiddens=self.hiddens)
+        for i, p in enumerate(policies):
+            net.load_policy_state_dict(i, self.policy_state_dict(p))
+        return net
 
     def load_policy_state_dict(self, p: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Overwrite policy ``p``'s weights (inverse of ``policy_state_dict``).

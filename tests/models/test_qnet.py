@@ -236,6 +236,19 @@ def test_policy_state_dict_round_trip(body) -> None:
         BatchedQNet(2, (13, 13, 5), 21, body=body, dueling=False).load_policy_state_dict(0, sd)
 
 
+@pytest.mark.parametrize("dueling", [True, False])
+def test_subset_keeps_the_chosen_policies_in_order(dueling) -> None:
+    full = BatchedQNet(4, (7, 7, 3), 5, body="conv", dueling=dueling, hiddens=32)
+    part = full.subset([3, 1])
+    assert (part.n_policies, part.dueling, part.hiddens) == (2, dueling, 32)
+    obs = torch.rand(4, 6, 7, 7, 3)
+    torch.testing.assert_close(part(obs[[3, 1]]), full(obs)[[3, 1]])
+    before = full(obs)
+    next(part.parameters()).data.add_(1.0)  # a copy: the source net is untouched
+    assert not torch.allclose(part(obs[[3, 1]]), before[[3, 1]])
+    torch.testing.assert_close(full(obs), before)
+
+
 def test_copy_reference_into_and_config_checks() -> None:
     refs = _refs(2, (7, 7, 3), 5, "conv", True)
     batched = BatchedQNet(2, (7, 7, 3), 5)
