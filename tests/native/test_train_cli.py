@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from suPER.opponents import OPPONENTS_DIR, sha256
+
 TINY = ["--num-timesteps", "300", "--eval-interval", "150", "--eval-episodes", "1", "--no-progress",
         "--set", "env.horizon=60", "--set", "dqn.learning_starts=100", "--set", "dqn.buffer_size=2000"]
 
@@ -51,6 +53,12 @@ def test_train_each_env(tmp_path: Path, env: str, n_agents: int, extra: list[str
     run_dir = tmp_path / f"{env}__{algo}__s1"
     check_run_folder(run_dir, n_agents)
     assert f"curve: {run_dir / 'curve.png'}" in r.stdout and "final team return" in r.stdout
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    if env == "pursuit":
+        assert "opponent_sha256" not in manifest
+    else:  # the YAML default opponent is the shipped file; the manifest pins which one
+        shipped = OPPONENTS_DIR / f"{env}.safetensors"
+        assert manifest["opponent_file"] == str(shipped) and manifest["opponent_sha256"] == sha256(shipped)
 
 
 def test_super_parameter_sharing_and_paper_spelling(tmp_path: Path) -> None:
