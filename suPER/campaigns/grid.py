@@ -9,6 +9,8 @@ written in the flag vocabulary of ``super-marl train`` (``config.FLAG_KEYS`` plu
     base: other_grid.yaml       # optional: inherit that file's defaults and runs (this file's keys win)
     defaults: {eval_episodes: 20}               # flags for every run (entries override them)
     env_defaults: {pursuit: {set: {env.kwargs.x_size: 8}}}   # flags for every run of one env
+    only: [pursuit-ddqn, "*-super-quantile"]    # optional: keep only these entries (name globs)
+    order: seed                 # optional: run seed 1 of every entry first, then seed 2, ... (default: entry)
     runs:
       - {name: pursuit-ddqn-super-quantile, env: pursuit, algo: ddqn, super: true, super_mode: quantile,
          bandwidth: 0.1}
@@ -38,7 +40,7 @@ import yaml
 
 from suPER import config as C
 
-GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "runs")
+GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "only", "order", "runs")
 """Top-level keys of a grid file."""
 
 SPECIAL_KEYS = ("env", "algo", "legacy", "quick", "set")
@@ -358,7 +360,8 @@ def load_grid(path: str | Path, seeds: Any = None, _seen: tuple[Path, ...] = ())
         seeds: overrides the file's ``seeds`` (a count, list or "1,2,3"); entry-level seeds still win.
 
     Returns:
-        The grid with every run expanded (entries x sweep points x seeds), in file order.
+        The grid with every run expanded (entries x sweep points x seeds), in file order, or seed by
+        seed with ``order: seed``.
 
     Raises:
         GridError: the first problem found, as ``FILE:LINE: ...``.
@@ -387,6 +390,9 @@ def load_grid(path: str | Path, seeds: Any = None, _seen: tuple[Path, ...] = ())
             raise GridError(f"{run.where}: entry {run.entry!r}: writes the same run folder {folder!r} as entry "
                             f"{other.entry!r} ({other.where}); give one of them a distinct tag")
         folders[folder] = run
+    if raw["order"] == "seed":
+        seed_rank = {s: i for i, s in enumerate(default_seeds)}
+        runs = sorted(runs, key=lambda r: seed_rank.get(r.seed, len(seed_rank) + r.seed))  # stable: entry order kept
     return Grid(path, raw["name"] or path.stem, raw["description"], runs)
 
 
@@ -398,7 +404,7 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         if key not in GRID_KEYS:
             raise GridError(f"{file}:{_line(data, key)}: {_unknown(key, GRID_KEYS, 'top-level key')}")
     merged: dict[str, Any] = {"name": "", "description": "", "seeds": [1, 2, 3, 4, 5], "defaults": {},
-                              "env_defaults": {}, "entries": []}
+                              "env_defaults": {}, "entries": [], "order": "entry"}
     if "base" in data:
         base = path.parent / str(data["base"])
         if base.resolve() in seen or base.resolve() == path.resolve():
@@ -434,9 +440,33 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         for i, entry in enumerate(entries):
             where = f"{file}:{_line(entry) or _line(data, 'runs')}"
             merged["entries"].append((_check_entry(entry, where, i), where))
+    if "order" in data:
+        if data["order"] not in GRID_ORDERS:
+            raise GridError(f"{at['order']}: order: expected one of {', '.join(GRID_ORDERS)}, got {data['order']!r}")
+        merged["order"] = data["order"]
+    if "only" in data:  # applies to the entries inherited and listed so far, i.e. of this file and its base
+        only = _check_only(data["only"], at["only"])
+        kept = [(e, w) for e, w in merged["entries"] if any(fnmatch.fnmatchcase(e["name"], g) for g in only)]
+        unmatched = [g for g in only if not any(fnmatch.fnmatchcase(e["name"], g) for e, _ in kept)]
+        if unmatched:
+            raise GridError(f"{at['only']}: only: {unmatched[0]!r} matches no entry of the grid")
+        merged["entries"] = kept
     if not merged["entries"]:
         raise GridError(f"{file}: runs: the grid has no entries")
     return merged
+
+
+GRID_ORDERS = ("entry", "seed")
+"""``order:`` entry = every seed of an entry before the next entry; seed = seed 1 of every entry first."""
+
+
+def _check_only(value: Any, where: str) -> list[str]:
+    """``only:`` -> a list of entry-name globs."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(g, str) and g for g in value):
+        raise GridError(f"{where}: only: expected a list of entry-name globs, got {value!r}")
+    return value
 
 
 def _check_entry(entry: Any, where: str, index: int) -> dict[str, Any]:

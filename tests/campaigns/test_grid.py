@@ -188,3 +188,43 @@ def test_grid_list_command(tmp_path: Path) -> None:
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {bad}:2:"), r.stderr
     r = run_cli("grid", "list", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "cannot read grid file" in r.stderr
+
+
+def test_fig1_grid_keeps_its_entries_seed_by_seed_at_reduced_budgets() -> None:
+    grid = G.load_grid(EXP / "fig1.yaml")
+    runs = [r for r in grid.runs if not r.pending]
+    per_env = {e: {r.entry for r in runs if r.env == e} for e in C.ENV_NAMES}
+    assert len(per_env["pursuit"]) == 6 and len(per_env["battle"]) == 4 and len(per_env["adversarial_pursuit"]) == 4
+    assert {r.algo for r in runs} == {"ddqn"} and {r.seed for r in runs} == {1, 2, 3}
+    assert [r.seed for r in runs] == sorted(r.seed for r in runs)  # order: seed
+    budget = {"pursuit": 200_000, "battle": 100_000, "adversarial_pursuit": 100_000}
+    for r in runs:
+        cfg = r.config()
+        assert cfg.run.num_timesteps == budget[r.env]
+        assert (cfg.run.eval_points, cfg.run.eval_episodes) == (40, 10)
+    # the same runs as the paper grid's entries of those names (only the budget and evaluation differ)
+    paper = {r.run_name: r for r in G.load_grid(EXP / "paper_grid.yaml", seeds=3).runs}
+    assert all(paper[r.run_name].entry == r.entry for r in runs)
+
+
+def test_only_and_order_keys(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text("name: b\nseeds: 2\nruns:\n"
+                    "  - {name: a-one, env: pursuit, algo: ddqn}\n"
+                    "  - {name: a-two, env: pursuit, algo: dqn}\n"
+                    "  - {name: b-one, env: battle, algo: ddqn}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: base.yaml\norder: seed\nonly: ['a-*']\n")
+    grid = G.load_grid(child)
+    assert [(r.entry, r.seed) for r in grid.runs] == [("a-one", 1), ("a-two", 1), ("a-one", 2), ("a-two", 2)]
+    # a grandchild inheriting the child keeps the child's selection and adds its own entries
+    grand = tmp_path / "grand.yaml"
+    grand.write_text("base: child.yaml\norder: entry\nruns:\n  - {name: c-one, env: battle, algo: dqn}\n")
+    assert [(r.entry, r.seed) for r in G.load_grid(grand).runs] == [
+        ("a-one", 1), ("a-one", 2), ("a-two", 1), ("a-two", 2), ("c-one", 1), ("c-one", 2)]
+    for text, message in (("only: ['zzz*']\n", r"child.yaml:\d+: only: 'zzz\*' matches no entry"),
+                          ("only: 3\n", "only: expected a list of entry-name globs"),
+                          ("order: random\n", "order: expected one of entry, seed")):
+        child.write_text("base: base.yaml\n" + text)
+        with pytest.raises(G.GridError, match=message):
+            G.load_grid(child)
