@@ -345,22 +345,79 @@ NameOpt = Annotated[str | None, typer.Option("--name", help="file stem: NAME.png
                                                             "(default team_return + final_performance)")]
 
 
-def _report(curves: list[Any], out: Path, metric: str, smooth: int, last_fraction: float, title: str,
-            configs: list[str] | None = None, name: str | None = None) -> None:
+def _check_figure_args(out: Path, smooth: int, last_fraction: float, name: str | None, out_flag: str) -> None:
+    """Refuse bad figure flags before any run is read, so a refusal is one line and writes nothing."""
+    import os
+
+    if smooth < 1:
+        raise UserError(f"--smooth: expected a whole number of evaluations >= 1 (1 = no smoothing), got {smooth}")
+    if not 0 < last_fraction <= 1:  # also refuses nan
+        raise UserError(f"--last-fraction: expected a fraction in (0, 1], got {last_fraction:g}")
+    if name is not None and (not name.strip() or "/" in name or os.sep in name or name in (".", "..")):
+        raise UserError(f"--name: expected a file stem without folders, got {name!r}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out_flag}: expected a folder for figures and tables, got the file {out}")
+    parent = out
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{out_flag}: expected a folder for figures and tables, got {out}, below the file {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{out_flag}: expected a writable folder, got {out} ({parent} is not writable)")
+
+
+def _report(curves: list[Any], skipped: list[Any], out: Path, metric: str, smooth: int, last_fraction: float,
+            title: str, configs: list[str] | None, name: str | None, source: str,
+            tags: list[str] | None = None) -> None:
+    """Figure and table from the loaded runs; skipped and unfinished runs get one ``warning:`` line each.
+
+    When nothing is left to draw, one ``error:`` line says why (the flag that filtered everything out,
+    or the first file that could not be read) and nothing is written; warnings are printed only when
+    a figure follows, so a refusal stays one line.
+    """
     from suPER import plotting
 
-    curves = plotting.select_configurations(curves, configs or [])
-    if not curves:
-        raise UserError(f"no runs with a {metric!r} column found" + (f" for --config {' '.join(configs)}"
-                                                                     if configs else ""))
-    if smooth < 1 or not 0 < last_fraction <= 1:
-        raise UserError(f"--smooth / --last-fraction: expected >= 1 / in (0, 1], got {smooth} / {last_fraction}")
-    paths = plotting.report(curves, out, metric=metric, smoothing=smooth, last_fraction=last_fraction, title=title,
-                            name=name)
+    selected = plotting.select_configurations(curves, configs or [])
+    if not selected:
+        if curves and configs:
+            raise UserError(f"--config: expected a glob matching a configuration "
+                            f"({', '.join(sorted({c.label for c in curves}))}), got {' '.join(configs)}")
+        if skipped and all(s.columns is not None and "env_steps" in s.columns and metric not in s.columns
+                           for s in skipped):
+            have = sorted(set().union(*(s.columns for s in skipped)) - {"env_steps"})
+            raise UserError(f"--metric: expected a metrics.csv column ({', '.join(have)}), got {metric!r}")
+        if skipped:
+            raise UserError(f"{source}: expected at least one readable run, got {len(skipped)} run folder(s), "
+                            f"none usable (first: {skipped[0].path}: {skipped[0].reason})")
+        if tags:
+            raise UserError(f"--tag: expected the tag of a run under {source}, got {' '.join(tags)} (no run has it)")
+        raise UserError(f"{source}: expected run folders (metrics.csv + config.json) at or below it, got none")
+
+    def warn(line: str) -> None:
+        print(f"warning: {line}", file=sys.stderr)
+
+    for s in skipped:
+        warn(str(s))
+    try:
+        paths = plotting.report(selected, out, metric=metric, smoothing=smooth, last_fraction=last_fraction,
+                                title=title, name=name, warn=warn)
+    except OSError as exc:
+        print(f"error: --out: cannot write figures to {out} ({exc.strerror or exc})", file=sys.stderr)
+        raise typer.Exit(1) from exc
     print(paths["md"].read_text(), end="")
-    n_cfg = len({(c.env, c.label) for c in curves})
-    print(f"{len(curves)} runs, {n_cfg} curves -> {paths['png']}, {paths['svg']}, {paths['md']}, "
+    n_cfg = len({(c.env, c.label) for c in selected})
+    print(f"{len(selected)} runs, {n_cfg} curves -> {paths['png']}, {paths['svg']}, {paths['md']}, "
           f"{paths['csv']}")
+
+
+def _find_runs(paths: list[Any], flag: str) -> list[Path]:
+    """``plotting.find_run_folders`` with a path that matches nothing as one ``error: FLAG: ...`` line."""
+    from suPER import plotting
+
+    try:
+        return plotting.find_run_folders(paths)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise UserError(f"{flag}: {exc}") from exc
 
 
 @app.command()
@@ -380,12 +437,18 @@ def plot(
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
     over the last 10% of evaluations with 95% bootstrap CIs) as markdown and CSV.
+
+    Only finished runs make the bands and the table; unfinished ones are drawn dashed with a warning,
+    and a run folder that cannot be read is skipped with a warning naming the file.
     """
     from suPER import plotting
 
+    skipped: list[Any] = []
     if from_wandb:
         if campaign_dir is None and out is None:
             out = Path("runs") / "wandb" / from_wandb / "figures"
+        target = out or (campaign_dir or Path(".")) / "figures"
+        _check_figure_args(target, smooth, last_fraction, name, "--out")
         try:
             curves = plotting.load_wandb_curves(from_wandb, entity=entity, metric=metric,
                                                 filters={"group": group} if group else None)
@@ -393,16 +456,19 @@ def plot(
             raise UserError(f"--from-wandb {from_wandb}: cannot read runs ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); W&B needs network access and "
                             f"WANDB_API_KEY (or wandb login)") from exc
-        title = f"W&B {from_wandb}"
+        title, source = f"W&B {from_wandb}", f"--from-wandb {from_wandb}"
     else:
         if campaign_dir is None:
-            raise UserError("plot: expected CAMPAIGN_DIR (or --from-wandb PROJECT)")
+            raise UserError("CAMPAIGN_DIR: expected a folder of run folders (or --from-wandb PROJECT), got nothing")
         if not campaign_dir.is_dir():
-            raise UserError(f"CAMPAIGN_DIR: {campaign_dir} is not a folder")
-        curves = plotting.load_run_curves(plotting.find_run_folders([campaign_dir]), metric=metric)
-        title = campaign_dir.resolve().name
-    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title, config,
-            name)
+            got = "a file" if campaign_dir.exists() else "no such folder"
+            raise UserError(f"{campaign_dir}: expected a folder of run folders (CAMPAIGN_DIR), got {got}")
+        target = out or campaign_dir / "figures"
+        _check_figure_args(target, smooth, last_fraction, name, "--out" if out else f"--out (default {target})")
+        curves = plotting.load_run_curves(_find_runs([campaign_dir], "CAMPAIGN_DIR"), metric=metric,
+                                          skipped=skipped)
+        title, source = campaign_dir.resolve().name, str(campaign_dir)
+    _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
 
 
 @app.command()
@@ -426,13 +492,13 @@ def compare(
     from suPER import plotting
 
     if not runs_ and not tag:
-        raise UserError("compare: expected RUNS... (folders or globs) or --tag")
-    try:
-        folders = plotting.find_run_folders(runs_ or [root])
-    except FileNotFoundError as exc:
-        raise UserError(f"RUNS: {exc}") from exc
-    curves = plotting.load_run_curves(folders, metric=metric, tags=tag or ())
-    _report(curves, out, metric, smooth, last_fraction, "compare", config, name)
+        raise UserError("RUNS: expected run folders, campaign folders or globs (or --tag), got nothing")
+    _check_figure_args(out, smooth, last_fraction, name, "--out")
+    folders = _find_runs(runs_, "RUNS") if runs_ else _find_runs([root], "--root")
+    skipped: list[Any] = []
+    curves = plotting.load_run_curves(folders, metric=metric, tags=tag or (), skipped=skipped)
+    source = " ".join(runs_) if runs_ else str(root)
+    _report(curves, skipped, out, metric, smooth, last_fraction, "compare", config, name, source, tag)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import glob
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from suPER.config import ENV_NAMES
-from suPER.runs import atomic_write_bytes, atomic_write_text, read_metrics
+from suPER.runs import FINISHED, RunFolder, atomic_write_bytes, atomic_write_text, read_metrics
 
 
 def plot_curve(run_dirs: Sequence[Path], out_png: Path, title: str = "", metric: str = "team_return_mean") -> Path:
@@ -80,6 +81,10 @@ class RunCurve:
         steps: env steps of each evaluation, float [K].
         values: the metric at each evaluation, float [K].
         source: run folder or W&B run path.
+        status: the run's status from its manifest (``finished``, ``running``, ``failed``,
+            ``interrupted``), W&B's run state, or ``unknown`` without a readable manifest. Only
+            finished runs enter bands and final tables: a run killed at step 500 would otherwise pull
+            a configuration's "final" score towards its untrained start.
     """
 
     env: str
@@ -88,6 +93,31 @@ class RunCurve:
     steps: np.ndarray
     values: np.ndarray
     source: str
+    status: str = FINISHED
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run completed its budget (only such runs make bands and final tables)."""
+        return self.status == FINISHED
+
+
+@dataclass
+class Skipped:
+    """A run folder left out of a figure, and why (one ``warning: PATH: REASON`` line).
+
+    Attributes:
+        path: the file at fault (``.../metrics.csv``, ``.../config.json``), as found from the user's paths.
+        reason: what is wrong with it.
+        columns: for a metrics.csv without the requested metric, the columns it has (so a mistyped
+            ``--metric`` is reported once, with what exists, rather than as N skipped runs).
+    """
+
+    path: str
+    reason: str
+    columns: tuple[str, ...] | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}; skipped"
 
 
 def configuration_label(config: dict[str, Any]) -> str:
@@ -103,40 +133,159 @@ def configuration_label(config: dict[str, Any]) -> str:
 
 
 def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """Run folders (holding metrics.csv and config.json) at or below ``paths``; globs are expanded.
+    """Run folders (holding metrics.csv) at or below ``paths``; globs are expanded.
+
+    A folder with metrics.csv but no readable config.json is still returned, so that
+    ``load_run_curves`` reports it as skipped instead of it vanishing without a word.
 
     Raises:
         FileNotFoundError: a path or glob matches nothing.
+        NotADirectoryError: a path names a file (not a run or campaign folder).
     """
     found: list[Path] = []
     for p in paths:
         matches = [Path(m) for m in sorted(glob.glob(str(p)))] if glob.has_magic(str(p)) else [Path(p)]
         if not matches or not all(m.exists() for m in matches):
-            raise FileNotFoundError(f"{p}: no such run folder or campaign folder")
+            raise FileNotFoundError(f"{p}: expected a run folder, campaign folder or glob that exists, got no match")
         for m in matches:
-            if (m / "metrics.csv").is_file() and (m / "config.json").is_file():
+            if (m / "metrics.csv").is_file():
                 found.append(m)
             elif m.is_dir():
-                found += sorted(c.parent for c in m.rglob("metrics.csv") if (c.parent / "config.json").is_file()
-                                and ".tune" not in c.parts)
+                found += sorted(c.parent for c in m.rglob("metrics.csv") if c.is_file() and ".tune" not in c.parts)
+            elif not glob.has_magic(str(p)):
+                raise NotADirectoryError(f"{p}: expected a run folder or campaign folder, got a file")
     return list(dict.fromkeys(found))
 
 
-def load_run_curves(folders: Iterable[Path], metric: str = DEFAULT_METRIC,
-                    tags: Sequence[str] = ()) -> list[RunCurve]:
-    """Read ``metric`` against env steps from each run folder (optionally only runs with one of ``tags``)."""
+class _Unreadable(Exception):
+    """One file of a run folder cannot be used; carries the ``Skipped`` record."""
+
+    def __init__(self, skipped: Skipped) -> None:
+        super().__init__(str(skipped))
+        self.skipped = skipped
+
+
+def _read_text(path: Path) -> str:
+    """A run file's text; unreadable, binary or non-UTF-8 content raises ``_Unreadable`` naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _Unreadable(Skipped(str(path), f"cannot read ({exc.strerror or type(exc).__name__})")) from exc
+    if b"\0" in data:
+        raise _Unreadable(Skipped(str(path), "expected text, got binary data (NUL bytes)"))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unreadable(Skipped(str(path), f"expected UTF-8 text, got byte 0x{data[exc.start]:02x} at offset "
+                                             f"{exc.start}")) from exc
+
+
+def _read_config(folder: Path) -> tuple[str, str, int, dict[str, Any]]:
+    """(env name, configuration label, seed, config) from a run folder's config.json, or ``_Unreadable``."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise _Unreadable(Skipped(str(path), "expected the run's resolved config, got no such file"))
+    try:
+        config = json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise _Unreadable(Skipped(str(path), f"expected JSON, got a syntax error at line {exc.lineno} column "
+                                             f"{exc.colno} (half-written?)")) from exc
+    try:
+        env, seed = config["env"]["name"], config["run"]["seed"]
+        if not isinstance(env, str) or isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError
+        return env, configuration_label(config), seed, config
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise _Unreadable(Skipped(str(path), "expected a run config with env.name (text) and run.seed (integer), "
+                                             "got something else")) from exc
+
+
+def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(env_steps, metric) of a metrics.csv, checked cell by cell; any defect raises ``_Unreadable``.
+
+    A half-written file (a short last row), a non-number in either column, non-finite values, or
+    env steps that go backwards make the whole run unusable: a curve silently cut or shifted at the
+    defect would be worse than a run left out with a warning. Empty cells are evaluations without the
+    metric (NaN, dropped), as ``CSVMetrics`` writes them for columns that appear later.
+    """
+    text = _read_text(path)
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise _Unreadable(Skipped(str(path), f"expected CSV, got {exc}")) from exc
+    if not rows or not rows[0]:
+        raise _Unreadable(Skipped(str(path), "expected a header and evaluation rows, got an empty file"))
+    header = rows[0]
+    for col in ("env_steps", metric):
+        if col not in header:
+            raise _Unreadable(Skipped(str(path), f"expected a column {col!r}, got columns {', '.join(header)}",
+                                                 columns=tuple(header)))
+    i_x, i_y = header.index("env_steps"), header.index(metric)
+    steps, values = [], []
+    for n, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise _Unreadable(Skipped(str(path), f"expected {len(header)} fields per row, got {len(row)} on line {n} "
+                                                 "(half-written?)"))
+        try:
+            x = float(row[i_x])
+            y = float(row[i_y]) if row[i_y] != "" else math.nan
+        except ValueError as exc:
+            raise _Unreadable(Skipped(str(path), f"expected numbers in env_steps and {metric}, got "
+                                                 f"{row[i_x]!r}, {row[i_y]!r} on line {n}")) from exc
+        if not math.isfinite(x) or math.isinf(y):
+            raise _Unreadable(Skipped(str(path), f"expected finite numbers, got {row[i_x]!r}, {row[i_y]!r} on line "
+                                                 f"{n}"))
+        if steps and x < steps[-1]:
+            raise _Unreadable(Skipped(str(path), f"expected non-decreasing env_steps, got {row[i_x]} after "
+                                                 f"{steps[-1]:g} on line {n}"))
+        steps.append(x)
+        values.append(y)
+    x_K, y_K = np.array(steps, dtype=float), np.array(values, dtype=float)
+    ok = ~np.isnan(y_K)
+    if not ok.any():
+        raise _Unreadable(Skipped(str(path), f"expected at least one evaluation with {metric}, got none"))
+    return x_K[ok], y_K[ok]
+
+
+def run_status(folder: Path) -> str:
+    """The status in a run folder's manifest.json; ``unknown`` when it is missing or unreadable."""
+    status = RunFolder(Path(folder)).read_manifest().get("status")
+    return status if isinstance(status, str) and status else "unknown"
+
+
+def load_run_curves(folders: Iterable[Path], metric: str = DEFAULT_METRIC, tags: Sequence[str] = (),
+                    skipped: list[Skipped] | None = None) -> list[RunCurve]:
+    """Read ``metric`` against env steps from each run folder (optionally only runs with one of ``tags``).
+
+    One broken run must not abort a figure of fifty: a folder whose config.json or metrics.csv cannot
+    be used is left out and recorded.
+
+    Args:
+        folders: run folders (``find_run_folders``).
+        metric: metrics.csv column.
+        tags: keep only runs whose ``run.tag`` is one of these (all runs when empty).
+        skipped: receives one ``Skipped`` per folder left out; None issues a ``UserWarning`` each instead.
+
+    Returns:
+        One curve per usable run; ``status`` from its manifest.json (``unknown`` without one).
+    """
     curves: list[RunCurve] = []
     for folder in folders:
-        config = json.loads((folder / "config.json").read_text())
-        if tags and config.get("run", {}).get("tag", "") not in tags:
+        folder = Path(folder)
+        try:
+            env, label, seed, config = _read_config(folder)
+            if tags and config.get("run", {}).get("tag", "") not in tags:
+                continue
+            steps, values = _read_columns(folder / "metrics.csv", metric)
+        except _Unreadable as exc:
+            if skipped is None:
+                warnings.warn(str(exc.skipped), stacklevel=2)
+            else:
+                skipped.append(exc.skipped)
             continue
-        cols = read_metrics(folder / "metrics.csv")
-        if not cols or metric not in cols:
-            continue
-        steps, values = cols["env_steps"].astype(float), cols[metric].astype(float)
-        ok = ~np.isnan(values)
-        curves.append(RunCurve(config["env"]["name"], configuration_label(config), int(config["run"]["seed"]),
-                               steps[ok], values[ok], str(folder)))
+        curves.append(RunCurve(env, label, seed, steps, values, str(folder), run_status(folder)))
     return _disambiguate(curves)
 
 
@@ -170,8 +319,10 @@ def load_wandb_curves(project: str, entity: str | None = None, metric: str = DEF
         steps = np.array([float(r["_step"]) for r in rows])
         values = np.array([float(r[key]) for r in rows])
         order = np.argsort(steps, kind="stable")
+        state = getattr(run, "state", None)  # W&B: finished, running, crashed, failed, killed
         curves.append(RunCurve(config["env"]["name"], configuration_label(config), int(config["run"]["seed"]),
-                               steps[order], values[order], f"wandb:{'/'.join(run.path)}"))
+                               steps[order], values[order], f"wandb:{'/'.join(run.path)}",
+                               state if isinstance(state, str) and state else "unknown"))
     return _disambiguate(curves)
 
 
@@ -250,10 +401,11 @@ def aggregate(curves: Sequence[RunCurve], smoothing: int = 1, n_resamples: int =
 
     Runs of one configuration are aligned on the env steps they all evaluated at (evaluations happen at
     exact multiples of the interval); if they share fewer than two, they are interpolated onto 50
-    points of their common range.
+    points of their common range. Unfinished runs are left out: one run killed at step 500 would
+    otherwise cut the whole band at 500 (``plot_bands`` can draw them on their own, dashed).
     """
     bands: list[Band] = []
-    for (env, label), group in _groups(curves).items():
+    for (env, label), group in _groups([c for c in curves if c.finished]).items():
         common = set(group[0].steps.tolist())
         for c in group[1:]:
             common &= set(c.steps.tolist())
@@ -277,11 +429,13 @@ def final_performance(curves: Sequence[RunCurve], last_fraction: float = 0.1,
     """Final performance per (env, configuration): each run's score is its mean over the last
     ``last_fraction`` of its evaluations; across runs the mean and IQM with 95% percentile bootstrap CIs.
 
+    Only finished runs count: the last evaluations of a run killed early are not its final performance.
+
     Returns:
         One dict per configuration with ``FINAL_COLUMNS``.
     """
     rows: list[dict[str, Any]] = []
-    for (env, label), group in _groups(curves).items():
+    for (env, label), group in _groups([c for c in curves if c.finished]).items():
         k = [max(1, math.ceil(last_fraction * len(c.values))) for c in group]
         scores = np.array([c.values[-n:].mean() for c, n in zip(group, k)])
         mean_ci = bootstrap_ci(scores, np.mean, n_resamples=n_resamples)
@@ -294,8 +448,13 @@ def final_performance(curves: Sequence[RunCurve], last_fraction: float = 0.1,
 
 
 def write_table(rows: Sequence[dict[str, Any]], out_dir: Path, metric: str = DEFAULT_METRIC,
-                last_fraction: float = 0.1, stem: str = "final_performance") -> tuple[Path, Path]:
+                last_fraction: float = 0.1, stem: str = "final_performance",
+                left_out: Sequence[str] = ()) -> tuple[Path, Path]:
     """Write the final-performance table as CSV and markdown (atomically).
+
+    Args:
+        left_out: one line per run left out of the table (unfinished runs), listed under the markdown
+            table so that the table never reads as covering runs it does not.
 
     Returns:
         (csv path, markdown path).
@@ -321,13 +480,19 @@ def write_table(rows: Sequence[dict[str, Any]], out_dir: Path, metric: str = DEF
         lines.append(f"| {r['env']} | {r['configuration']} | {r['runs']} | {r['mean']:.2f} | "
                      f"{ci(r['mean_ci_low'], r['mean_ci_high'])} | {r['iqm']:.2f} | "
                      f"{ci(r['iqm_ci_low'], r['iqm_ci_high'])} | {r['final_env_steps']} |")
+    if left_out:
+        lines += ["", "Left out (unfinished):"] + [f"- {line}" for line in left_out]
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
 
 def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRIC, title: str = "",
-               stem: str = "team_return") -> tuple[Path, Path]:
+               stem: str = "team_return", unfinished: Sequence[RunCurve] = ()) -> tuple[Path, Path]:
     """One panel per env, one curve per configuration (mean, 95% bootstrap band); PNG and SVG.
+
+    Args:
+        unfinished: runs that are not finished, drawn one thin dashed line each in their
+            configuration's colour (legend ``<label> (unfinished, n=K)``), never averaged into a band.
 
     Returns:
         (png path, svg path).
@@ -337,9 +502,10 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted(dict.fromkeys(b.env for b in bands), key=lambda e: (ENV_NAMES.index(e) if e in ENV_NAMES else 99, e))
+    envs = sorted(dict.fromkeys([b.env for b in bands] + [c.env for c in unfinished]),
+                  key=lambda e: (ENV_NAMES.index(e) if e in ENV_NAMES else 99, e))
     fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 4.0), dpi=120, squeeze=False)
-    labels = sorted({b.label for b in bands})
+    labels = sorted({b.label for b in bands} | {c.label for c in unfinished})
     cmap = plt.get_cmap("tab20" if len(labels) > 10 else "tab10")
     color = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
     for ax, env in zip(axes[0], envs):
@@ -347,6 +513,10 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
             ax.plot(b.steps, b.mean, color=color[b.label], lw=1.4, label=f"{b.label} (n={b.n_runs})")
             if not np.isnan(b.low).all():
                 ax.fill_between(b.steps, b.low, b.high, color=color[b.label], alpha=0.18, linewidth=0)
+        for (_, label), group in _groups([c for c in unfinished if c.env == env]).items():
+            for i, c in enumerate(group):
+                ax.plot(c.steps, c.values, color=color[label], lw=0.9, ls="--", alpha=0.7,
+                        label=f"{label} (unfinished, n={len(group)})" if i == 0 else None)
         ax.set_title(env)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
@@ -372,24 +542,48 @@ def select_configurations(curves: Sequence[RunCurve], patterns: Sequence[str]) -
     return [c for c in curves if any(fnmatch.fnmatchcase(c.label, p) for p in patterns)]
 
 
+def unfinished_note(curve: RunCurve) -> str:
+    """``PATH: run is STATUS (last evaluation at K env steps)`` for a run left out of bands and tables.
+
+    PATH is the file that says so: the manifest.json of a run folder (or the W&B run).
+    """
+    where = curve.source if curve.source.startswith("wandb:") else str(Path(curve.source) / "manifest.json")
+    status = "without a readable manifest (status unknown)" if curve.status == "unknown" else curve.status
+    return f"{where}: run is {status} (last evaluation at {curve.steps[-1]:.0f} env steps)"
+
+
 def report(curves: Sequence[RunCurve], out_dir: Path, metric: str = DEFAULT_METRIC, smoothing: int = 1,
            last_fraction: float = 0.1, title: str = "", n_resamples: int = 2000,
-           name: str | None = None) -> dict[str, Path]:
+           name: str | None = None, warn: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Figure (PNG + SVG) and final-performance table (CSV + markdown) for a set of runs.
+
+    Finished runs make the bands and the table; unfinished ones (status other than ``finished``, or no
+    readable manifest) are drawn dashed, listed under the markdown table, and announced through ``warn``.
 
     Args:
         name: file stem: ``<name>.png/.svg`` and ``<name>_final.csv/.md``; None gives
             ``team_return.png/.svg`` (or the metric's name) and ``final_performance.csv/.md``.
+        warn: receives one line per unfinished run (``unfinished_note``); None issues a ``UserWarning``.
 
     Raises:
         ValueError: no runs.
     """
     if not curves:
         raise ValueError("no runs with metrics to plot")
+    unfinished = [c for c in curves if not c.finished]
+    notes = [unfinished_note(c) for c in unfinished]
+    for note in notes:
+        line = f"{note}; left out of the final-performance table, drawn dashed"
+        if warn is None:
+            warnings.warn(line, stacklevel=2)
+        else:
+            warn(line)
     bands = aggregate(curves, smoothing=smoothing, n_resamples=n_resamples)
     fig_stem = name or (metric.removesuffix("_mean") if metric != DEFAULT_METRIC else "team_return")
-    png, svg = plot_bands(bands, out_dir, metric=metric, title=title, stem=fig_stem)
+    unfinished = [RunCurve(c.env, c.label, c.seed, c.steps, smooth(c.values, smoothing), c.source, c.status)
+                  for c in unfinished]
+    png, svg = plot_bands(bands, out_dir, metric=metric, title=title, stem=fig_stem, unfinished=unfinished)
     rows = final_performance(curves, last_fraction=last_fraction, n_resamples=n_resamples)
     table_csv, table_md = write_table(rows, out_dir, metric=metric, last_fraction=last_fraction,
-                                      stem=f"{name}_final" if name else "final_performance")
+                                      stem=f"{name}_final" if name else "final_performance", left_out=notes)
     return {"png": png, "svg": svg, "csv": table_csv, "md": table_md}

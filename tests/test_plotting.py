@@ -18,8 +18,8 @@ from suPER import plotting as P
 
 
 def fake_run(root: Path, env: str, seed: int, values: list[float], *, mode: str | None = None, tag: str = "",
-             interval: int = 100) -> Path:
-    """A run folder with config.json and metrics.csv (no training)."""
+             interval: int = 100, status: str | None = "finished") -> Path:
+    """A run folder with config.json, metrics.csv and (unless ``status`` is None) manifest.json; no training."""
     named: dict[str, Any] = {"run.seed": seed, "run.tag": tag}
     if mode:
         named.update({"relay.enabled": True, "relay.mode": mode})
@@ -31,6 +31,8 @@ def fake_run(root: Path, env: str, seed: int, values: list[float], *, mode: str 
         f.write("env_steps,team_return_mean,loss\n")
         for i, v in enumerate(values):
             f.write(f"{i * interval},{v},0.1\n")
+    if status is not None:
+        (folder / "manifest.json").write_text(json.dumps({"status": status, "seed": seed}))
     return folder
 
 
@@ -126,8 +128,9 @@ def test_compare_tweaked_runs_by_glob_and_tag(tmp_path: Path) -> None:
 
 
 class FakeRun:
-    def __init__(self, config: dict[str, Any], rows: list[dict[str, Any]], path: list[str]) -> None:
-        self.config, self._rows, self.path = config, rows, path
+    def __init__(self, config: dict[str, Any], rows: list[dict[str, Any]], path: list[str],
+                 state: str = "finished") -> None:
+        self.config, self._rows, self.path, self.state = config, rows, path, state
 
     def scan_history(self, keys: list[str]) -> list[dict[str, Any]]:
         return [{k: r.get(k) for k in keys} for r in self._rows]
