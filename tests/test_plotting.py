@@ -170,3 +170,45 @@ def test_from_wandb_without_credentials_is_a_one_line_error(tmp_path: Path) -> N
                        cwd=tmp_path)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --from-wandb proj"), r.stderr
+
+
+def test_unfinished_runs_stay_out_of_bands_and_tables(tmp_path: Path) -> None:
+    """A run killed early would cut the band at its last step and drag the final score to its early values."""
+    root = tmp_path / "c"
+    for seed in (1, 2):
+        fake_run(root, "pursuit", seed, [float(seed)] * 20)
+    fake_run(root, "pursuit", 3, [-99.0] * 6, status="interrupted")
+    fake_run(root, "pursuit", 4, [-99.0] * 20, status=None)  # no manifest: status unknown
+    curves = P.load_run_curves(P.find_run_folders([root]))
+    assert sorted((c.seed, c.status, c.finished) for c in curves) == [
+        (1, "finished", True), (2, "finished", True), (3, "interrupted", False), (4, "unknown", False)]
+    (band,) = P.aggregate(curves)
+    assert band.n_runs == 2 and band.steps[-1] == 1900  # not cut at the killed run's 500
+    np.testing.assert_allclose(band.mean, 1.5)
+    (row,) = P.final_performance(curves)
+    assert row["runs"] == 2 and row["mean"] == pytest.approx(1.5)
+    notes: list[str] = []
+    paths = P.report(curves, tmp_path / "fig", n_resamples=200, warn=notes.append)
+    assert len(notes) == 2 and "interrupted (last evaluation at 500 env steps)" in notes[0]
+    assert "status unknown" in notes[1] and "Left out (unfinished):" in paths["md"].read_text()
+
+
+def test_wandb_state_marks_unfinished_runs() -> None:
+    cfg = C.resolve("battle", "dqn", named={"run.seed": 1}).to_dict()
+    rows = [{"_step": s, "charts/team_return_mean": 1.0} for s in (0, 100)]
+    api = FakeApi([FakeRun(cfg, rows, ["me", "p", "a"], state="crashed"), FakeRun(cfg, rows, ["me", "p", "b"])])
+    assert [(c.status, c.finished) for c in P.load_wandb_curves("p", api=api)] == [("crashed", False),
+                                                                                  ("finished", True)]
+
+
+def test_load_run_curves_reports_skipped_folders(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    good = fake_run(root, "pursuit", 1, [1.0, 2.0])
+    bad = fake_run(root, "pursuit", 2, [1.0, 2.0])
+    (bad / "metrics.csv").write_text("env_steps,team_return_mean\n0,1.0\n100")  # half-written last row
+    skipped: list[P.Skipped] = []
+    curves = P.load_run_curves(P.find_run_folders([root]), skipped=skipped)
+    assert [c.source for c in curves] == [str(good)]
+    assert [s.path for s in skipped] == [str(bad / "metrics.csv")] and "line 3" in skipped[0].reason
+    with pytest.warns(UserWarning, match="half-written"):
+        P.load_run_curves([bad])
