@@ -56,7 +56,10 @@ def test_team_file_round_trip_float16(tmp_path: Path) -> None:
     half = BatchedQNet(4, ADV_SHAPE, ADV_ACTIONS, hiddens=32)
     half.load_state_dict({k: v.half().float() for k, v in net.state_dict().items()})
     obs = np.random.default_rng(0).random((4, *ADV_SHAPE)).astype(np.float32)
-    assert torch.equal(q_of(loaded, obs), q_of(half, obs))
+    for k, v in half.state_dict().items():  # the file holds exactly the float16-rounded weights (a copy: exact)
+        assert torch.equal(loaded.state_dict()[k], v), k
+    # two net objects may run different kernels (memory alignment); 1e-6 still tells float16 rounding apart
+    torch.testing.assert_close(q_of(loaded, obs), q_of(half, obs), rtol=1e-6, atol=1e-6)
 
 
 def test_bad_files_fail_with_one_line_naming_file_and_shapes(tmp_path: Path) -> None:

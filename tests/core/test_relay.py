@@ -25,13 +25,26 @@ def select_rows(relay: Relay, td: np.ndarray) -> np.ndarray:
     return selected[0]
 
 
+def assert_split_at(chosen: np.ndarray, td: np.ndarray, c: float) -> None:
+    """``chosen == td > c`` for every row not within rounding of the threshold ``c``.
+
+    The test recomputes ``c`` (a mean / variance / quantile over the window, and ``norm.ppf``) from the
+    values in its own order, the relay from its ring window: reductions in another order may differ in
+    the last bits, so a row within ``1e-9`` of the data's scale of ``c`` may fall either way. Every other
+    row must be split exactly as the formula says.
+    """
+    tol = 1e-9 * max(float(np.abs(td).max(initial=0.0)), abs(float(c)), 1e-300)
+    clear = np.abs(td - c) > tol
+    np.testing.assert_array_equal(chosen[clear], (td > c)[clear])
+
+
 @given(td=td_arrays, b=bandwidths)
 @settings(max_examples=60, deadline=None)
 def test_quantile_relays_exactly_rows_above_window_quantile(td: np.ndarray, b: float) -> None:
     relay = one_sender("quantile", b)
     chosen = select_rows(relay, td)
     c = np.quantile(td, 1 - b)  # first fragment: window == this batch
-    np.testing.assert_array_equal(chosen, td > c)
+    assert_split_at(chosen, td, c)
 
 
 @given(history=td_arrays, td=td_arrays, b=bandwidths)
@@ -41,7 +54,7 @@ def test_window_includes_history_and_current_batch(history: np.ndarray, td: np.n
     select_rows(relay, history)
     chosen = select_rows(relay, td)
     c = np.quantile(np.concatenate([history, td]), 1 - b)
-    np.testing.assert_array_equal(chosen, td > c)
+    assert_split_at(chosen, td, c)
 
 
 @given(td=td_arrays, b=bandwidths)
@@ -53,7 +66,7 @@ def test_gaussian_matches_formula(td: np.ndarray, b: float) -> None:
             assert not chosen.any()  # zero spread: scipy gives NaN, nothing relayed (as the original)
             continue
         c = np.mean(td) + scale * norm.ppf(1 - b)
-        np.testing.assert_array_equal(chosen, td > c)
+        assert_split_at(chosen, td, c)
 
 
 def test_gaussian_threshold_value() -> None:

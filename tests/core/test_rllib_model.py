@@ -84,7 +84,8 @@ def test_q_values_equal_reference_with_copied_weights(body: str, dueling: bool) 
             torch.testing.assert_close(module.forward_target({Columns.OBS: obs_for(module, obs)})[QF_PREDS], q_ref,
                                        atol=1e-5, rtol=0)
             actions = module.forward_inference({Columns.OBS: obs_for(module, obs)})[Columns.ACTIONS]
-            assert torch.equal(actions, q_ref.argmax(-1))
+            assert torch.equal(actions, q.argmax(-1))  # greedy over its own Q (exact); q ~ q_ref above, and an
+            # argmax of q_ref could flip on a near tie within the 1e-5 between the two implementations
             # the train pass (double-Q: online on o and o', target on o') with different target weights
             tgt = dict(module.named_parameters())
             for n, v in target_ref.state_dict().items():
