@@ -221,7 +221,8 @@ def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
             raise _Unreadable(Skipped(str(path), f"expected a column {col!r}, got columns {', '.join(header)}",
                                                  columns=tuple(header)))
     i_x, i_y = header.index("env_steps"), header.index(metric)
-    steps, values = [], []
+    steps: list[float] = []
+    values: list[float] = []
     for n, row in enumerate(rows[1:], start=2):
         if not row:
             continue
