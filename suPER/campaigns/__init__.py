@@ -10,6 +10,7 @@ The names below are re-exported so callers write ``campaigns.execute(...)``, ``c
 """
 
 from suPER.campaigns.cluster import (
+    CLUSTER_NETRC,
     RUNTIME_ENV_FILE,
     SECRET_ENV_VARS,
     ClusterError,
@@ -26,7 +27,7 @@ from suPER.campaigns.grid import Grid, GridError, GridRun, load_grid, matches, n
 from suPER.campaigns.local import Plan, init_ray, plan_runs, run_grid
 
 __all__ = [
-    "BACKENDS", "RUNTIME_ENV_FILE", "SECRET_ENV_VARS", "TRAINERS", "ClusterError", "Grid", "GridError", "GridRun",
+    "BACKENDS", "CLUSTER_NETRC", "RUNTIME_ENV_FILE", "SECRET_ENV_VARS", "TRAINERS", "ClusterError", "Grid", "GridError", "GridRun",
     "Job", "Plan", "check_cluster", "dashboard_url", "execute", "first_difference", "init_ray", "load_grid",
     "matches", "named_overrides", "parse_filter", "plan_jobs", "plan_runs", "run_grid", "runtime_env",
     "submit_jobs", "trainer_for", "wait_for_jobs",

@@ -44,18 +44,27 @@ def test_aws_cluster_config_passes_the_autoscaler_validation() -> None:
     assert all(t["max_workers"] > t.get("min_workers", 0) for n, t in types.items() if n != "ray.head.default")
     assert any("pip install -e ~/super-marl" in c for c in raw["setup_commands"])
     assert "--dashboard-host=127.0.0.1" in " ".join(raw["head_start_ray_commands"])
+    # W&B logs in on the nodes from a netrc file the launcher installs owner-only; no key in the file
+    netrc = str(campaigns.CLUSTER_NETRC)
+    assert raw["file_mounts"][netrc] == netrc
+    (install,) = [c for c in raw["setup_commands"] if "netrc" in c]
+    assert f"chmod 600 {netrc}" in install and f"install -m 600 {netrc} ~/.netrc" in install
+    assert "WANDB_API_KEY" not in yaml.safe_dump(raw)
 
 
-def test_runtime_env_ships_the_repository_and_takes_the_key_from_the_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runtime_env_ships_the_repository_and_never_a_secret(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
     text = (ROOT / "ray_runtime.yaml").read_text()
     assert "WANDB_API_KEY:" not in text.replace("# ", "")  # never committed
     monkeypatch.setenv("WANDB_API_KEY", "secret-from-env")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "token-from-env")
     env = campaigns.runtime_env()
-    assert env["working_dir"] == str(ROOT) and env["env_vars"]["WANDB_API_KEY"] == "secret-from-env"
-    assert "runs" in env["excludes"] and ".venv" in env["excludes"]
-    monkeypatch.delenv("WANDB_API_KEY")
-    assert "WANDB_API_KEY" not in campaigns.runtime_env()["env_vars"]
+    assert env["working_dir"] == str(ROOT) and "runs" in env["excludes"] and ".venv" in env["excludes"]
+    assert "secret-from-env" not in json.dumps(env) and "token-from-env" not in json.dumps(env)
+    bad = tmp_path / "runtime.yaml"
+    bad.write_text("env_vars:\n  WANDB_API_KEY: abc\n")
+    with pytest.raises(campaigns.ClusterError, match="expected no secrets in env_vars.*got WANDB_API_KEY"):
+        campaigns.runtime_env(bad)
 
 
 def test_jobs_per_run_and_per_grid() -> None:
