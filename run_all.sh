@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --wait) WAIT=1; shift ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage ;;
-    -*) echo "error: unknown option $1" >&2; usage ;;
+    -*) echo "error: $1: expected an option of ./run_all.sh --help, got an unknown one" >&2; exit 2 ;;
     *) [ -z "$GRID" ] || { echo "error: more than one grid file" >&2; exit 2; }; GRID="$1"; shift ;;
   esac
 done

@@ -319,16 +319,23 @@ class WandbLogger:
             timeout = float(os.environ.get("WANDB_INIT_TIMEOUT") or WANDB_INIT_TIMEOUT_S)
         except ValueError:
             timeout = WANDB_INIT_TIMEOUT_S
+        # wandb prints its login notes to stderr unless silent, and Settings(silent=...) comes too late for them
+        silent, os.environ["WANDB_SILENT"] = os.environ.get("WANDB_SILENT"), "true"
         try:
             self.run = wandb.init(project=project, group=group or None, name=name, config=dict(config),
                                   dir=str(run_dir), mode=mode,  # type: ignore[arg-type]
                                   tags=tags or None, reinit="finish_previous", id=run_id,
                                   resume="allow" if run_id else None,
                                   settings=wandb.Settings(init_timeout=timeout, silent=True))
-        except (wandb.errors.Error, OSError, TimeoutError) as exc:
+        except (wandb.errors.Error, OSError, TimeoutError, ValueError) as exc:  # ValueError: bad WANDB_* env
             reason = " ".join(str(exc).split())[:300]
             raise WandbError(f"--wandb-mode {mode}: W&B did not start within {timeout:g} s ({reason}); check the "
                              f"network and credentials, or use --wandb-mode offline and `wandb sync` later") from None
+        finally:
+            if silent is None:
+                os.environ.pop("WANDB_SILENT", None)
+            else:
+                os.environ["WANDB_SILENT"] = silent
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Log at env-step ``step``."""

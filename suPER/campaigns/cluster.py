@@ -81,7 +81,7 @@ def runtime_env(path: str | Path = RUNTIME_ENV_FILE) -> dict[str, Any]:
     try:
         env = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ClusterError(f"--runtime-env: cannot read {path} ({exc})") from exc
+        raise ClusterError(f"--runtime-env: cannot read {path} ({' '.join(str(exc).split())})") from None
     if not isinstance(env, dict) or not isinstance(env.get("env_vars") or {}, dict):
         raise ClusterError(f"--runtime-env: {path}: expected a mapping with an env_vars mapping, "
                            f"got {type(env).__name__}")
