@@ -19,7 +19,7 @@
 #
 # Secrets never travel with the jobs: Ray logs every job's runtime env and serves it from the dashboard,
 # so WANDB_API_KEY is not passed on even when it is set here. The nodes log in to W&B with the netrc
-# file that cluster/aws.yaml installs on them (mode 0600); see docs/cluster.md.
+# file that cluster/aws.yaml installs on them (mode 0600); see cluster/aws.yaml.
 # Resubmitting the same grid skips finished runs and resumes unfinished ones from their checkpoints.
 set -euo pipefail
 
