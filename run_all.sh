@@ -12,22 +12,24 @@
 #   --filter F       select runs, as `super-marl grid list --filter` (repeatable)
 #   --seeds S        seeds for every entry (a count or a list 1,2,3)
 #   --cpus N         CPUs per run (default 1)      --gpus N   GPUs per run (default 0)
+#   --wandb/--no-wandb  log online to W&B project ${WANDB_PROJECT:-super-marl}, group <grid name> (default:
+#                    when ~/.config/super-marl/wandb.netrc, the nodes' W&B login, exists here)
 #   --wait           wait until every job has ended; exit 1 if one did not succeed
 #   --dry-run        print the `ray job submit` commands instead of running them
 #
-# WANDB_API_KEY: when set in your environment it is passed to the jobs at submit time (through a
-# temporary runtime-env file readable only by you, removed on exit) and the runs log online to W&B
-# project ${WANDB_PROJECT:-super-marl}, group <grid name>. It is never written into the repository.
+# Secrets never travel with the jobs: Ray logs every job's runtime env and serves it from the dashboard,
+# so WANDB_API_KEY is not passed on even when it is set here. The nodes log in to W&B with the netrc
+# file that cluster/aws.yaml installs on them (mode 0600); see cluster/aws.yaml.
 # Resubmitting the same grid skips finished runs and resumes unfinished ones from their checkpoints.
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 cd "$(dirname "${BASH_SOURCE[0]}")"     # the repository root: shipped to the cluster as working_dir
 PY="${PYTHON:-python}"
 ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
 PER=run; OUT=""; CPUS=1; GPUS=0; WAIT=0; DRY=0; GRID=""
-LIST_ARGS=()
+LIST_ARGS=(); WANDB_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --address) ADDRESS="$2"; shift 2 ;;
@@ -37,10 +39,11 @@ while [ $# -gt 0 ]; do
     --filter|--seeds) LIST_ARGS+=("$1" "$2"); shift 2 ;;
     --cpus) CPUS="$2"; shift 2 ;;
     --gpus) GPUS="$2"; shift 2 ;;
+    --wandb|--no-wandb) WANDB_ARGS=("$1"); shift ;;
     --wait) WAIT=1; shift ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage ;;
-    -*) echo "error: unknown option $1" >&2; usage ;;
+    -*) echo "error: $1: expected an option of ./run_all.sh --help, got an unknown one" >&2; exit 2 ;;
     *) [ -z "$GRID" ] || { echo "error: more than one grid file" >&2; exit 2; }; GRID="$1"; shift ;;
   esac
 done
@@ -50,7 +53,8 @@ case "$ADDRESS" in http://*|https://*) ;; *) ADDRESS="http://$ADDRESS" ;; esac
 # The jobs of the grid (this validates the whole grid file before anything is submitted).
 JOB_ARGS=(--per "$PER" --cpus "$CPUS" --gpus "$GPUS" --wandb-project "${WANDB_PROJECT:-super-marl}")
 [ -z "$OUT" ] || JOB_ARGS+=(--out "$OUT")
-JOBS="$("$PY" -m suPER.cli grid submit "$GRID" "${LIST_ARGS[@]+"${LIST_ARGS[@]}"}" "${JOB_ARGS[@]}" --print-jobs)"
+JOBS="$("$PY" -m suPER.cli grid submit "$GRID" "${LIST_ARGS[@]+"${LIST_ARGS[@]}"}" "${JOB_ARGS[@]}" \
+        "${WANDB_ARGS[@]+"${WANDB_ARGS[@]}"}" --print-jobs)"
 [ -n "$JOBS" ] || { echo "error: $GRID: no runnable run selected" >&2; exit 2; }
 
 # Fail within seconds when no cluster answers.
@@ -60,7 +64,7 @@ if [ "$DRY" = 0 ] && ! "$PY" -c 'import sys; from suPER.campaigns import check_c
 fi
 rm -f /tmp/run_all.$$.err
 
-# Runtime env = ray_runtime.yaml + the repository as working_dir + WANDB_API_KEY from this shell.
+# Runtime env = ray_runtime.yaml + the repository as working_dir (no secrets: see the header).
 RUNTIME_ENV="$(umask 077; mktemp "${TMPDIR:-/tmp}/super-marl-runtime-env.XXXXXX")"
 trap 'rm -f "$RUNTIME_ENV"' EXIT
 "$PY" -c 'import json, sys; from suPER.campaigns import runtime_env; json.dump(runtime_env(sys.argv[1]), open(sys.argv[2], "w"))' \

@@ -646,7 +646,8 @@ def grid_submit(
     runtime_env_file: Annotated[Path, typer.Option("--runtime-env", help="runtime env YAML")] = Path(
         "ray_runtime.yaml"),
     wandb: Annotated[bool | None, typer.Option("--wandb/--no-wandb", help="log online to W&B (default: when "
-                                                                          "WANDB_API_KEY is set here)")] = None,
+                                                                          "~/.config/super-marl/wandb.netrc, the "
+                                                                          "nodes' W&B login, exists here)")] = None,
     wandb_project: Annotated[str, typer.Option("--wandb-project")] = "super-marl",
     wait: Annotated[bool, typer.Option(help="wait for the jobs; exit 1 if one fails")] = False,
     print_jobs: Annotated[bool, typer.Option("--print-jobs", help="print the jobs (id, CPUs, GPUs, command; "
@@ -654,8 +655,9 @@ def grid_submit(
 ) -> None:
     """Submit the runs of a grid to a Ray cluster with the Job Submission API (JobSubmissionClient).
 
-    The repository is shipped as each job's working_dir (ray_runtime.yaml); WANDB_API_KEY is taken from
-    your environment at submit time. Resubmitting skips finished runs and resumes unfinished ones.
+    The repository is shipped as each job's working_dir (ray_runtime.yaml). No secret travels with the jobs
+    (Ray logs and serves runtime envs): the nodes log in to W&B with the netrc file cluster/aws.yaml installs.
+    Resubmitting skips finished runs and resumes unfinished ones.
     """
     from suPER import campaigns
 
@@ -819,6 +821,13 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, C.ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a run that could not start its W&B logging: a failure, not bad input
+        from suPER.runs import WandbError
+
+        if isinstance(exc, WandbError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
     except ValueError as exc:  # typed input errors raised by components (run folder, device, relay)
         from suPER.runs import RunFolderError
 

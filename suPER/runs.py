@@ -282,25 +282,60 @@ class MultiLogger:
             lg.close()
 
 
+class WandbError(RuntimeError):
+    """W&B online logging cannot start (no credentials, or the service does not answer in time): the run
+    fails before it trains (exit 1), instead of hanging or training unlogged."""
+
+
+WANDB_INIT_TIMEOUT_S = 20.0
+"""How long ``wandb.init`` may try to reach the service (wandb's default is 90 s, plus retries); override
+with ``WANDB_INIT_TIMEOUT``. Offline mode never waits."""
+
+
 class WandbLogger:
     """Weights & Biases through the official package; offline by default (files under the run folder).
 
-    Online mode needs ``WANDB_API_KEY`` in the environment; the key is read by wandb itself and is
-    never written to our files or logs.
+    Online mode needs credentials wandb reads itself: ``WANDB_API_KEY`` in the environment, or a netrc
+    file (``~/.netrc`` or ``$NETRC``; what ``wandb login`` writes, and what cluster/aws.yaml installs on
+    the nodes). The key is never passed to ``wandb.init`` nor put into the run's config, so it cannot
+    reach config.json, manifest.json or the W&B files. Online mode fails within ``WANDB_INIT_TIMEOUT_S``
+    with :class:`WandbError` when the service does not answer (decisions.md: fail, don't fall back).
     """
 
     def __init__(self, run_dir: Path, project: str, group: str, name: str, config: Mapping[str, Any],
                  mode: str = "offline", tags: list[str] | None = None, run_id: str | None = None) -> None:
-        """Start (or, with the ``run_id`` of an earlier session, continue) a W&B run."""
-        if mode == "online" and not os.environ.get("WANDB_API_KEY"):
-            raise RunFolderError("--wandb-mode online: set WANDB_API_KEY in the environment (or use offline)")
+        """Start (or, with the ``run_id`` of an earlier session, continue) a W&B run.
+
+        Raises:
+            WandbError: online, and no credentials or no answer within the init timeout.
+        """
+        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_path().is_file()):
+            raise WandbError("--wandb-mode online: no W&B credentials (set WANDB_API_KEY, run `wandb login`, "
+                             "or use --wandb-mode offline)")
         import wandb  # lazy: optional at runtime
 
         self._wandb = wandb
-        self.run = wandb.init(project=project, group=group or None, name=name, config=dict(config),
-                              dir=str(run_dir), mode=mode,  # type: ignore[arg-type]
-                              tags=tags or None, reinit="finish_previous", id=run_id,
-                              resume="allow" if run_id else None)
+        try:
+            timeout = float(os.environ.get("WANDB_INIT_TIMEOUT") or WANDB_INIT_TIMEOUT_S)
+        except ValueError:
+            timeout = WANDB_INIT_TIMEOUT_S
+        # wandb prints its login notes to stderr unless silent, and Settings(silent=...) comes too late for them
+        silent, os.environ["WANDB_SILENT"] = os.environ.get("WANDB_SILENT"), "true"
+        try:
+            self.run = wandb.init(project=project, group=group or None, name=name, config=dict(config),
+                                  dir=str(run_dir), mode=mode,  # type: ignore[arg-type]
+                                  tags=tags or None, reinit="finish_previous", id=run_id,
+                                  resume="allow" if run_id else None,
+                                  settings=wandb.Settings(init_timeout=timeout, silent=True))
+        except (wandb.errors.Error, OSError, TimeoutError, ValueError) as exc:  # ValueError: bad WANDB_* env
+            reason = " ".join(str(exc).split())[:300]
+            raise WandbError(f"--wandb-mode {mode}: W&B did not start within {timeout:g} s ({reason}); check the "
+                             f"network and credentials, or use --wandb-mode offline and `wandb sync` later") from None
+        finally:
+            if silent is None:
+                os.environ.pop("WANDB_SILENT", None)
+            else:
+                os.environ["WANDB_SILENT"] = silent
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Log at env-step ``step``."""
@@ -309,6 +344,11 @@ class WandbLogger:
     def close(self) -> None:
         """Finish the W&B run."""
         self.run.finish()
+
+
+def _netrc_path() -> Path:
+    """The netrc file wandb reads its credentials from (``$NETRC``, else ``~/.netrc``)."""
+    return Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
 
 
 class CSVMetrics:

@@ -10,6 +10,7 @@ The names below are re-exported so callers write ``campaigns.execute(...)``, ``c
 """
 
 from suPER.campaigns.cluster import (
+    CLUSTER_NETRC,
     RUNTIME_ENV_FILE,
     SECRET_ENV_VARS,
     ClusterError,
@@ -23,11 +24,11 @@ from suPER.campaigns.cluster import (
 )
 from suPER.campaigns.execute import BACKENDS, TRAINERS, execute, first_difference, trainer_for
 from suPER.campaigns.grid import Grid, GridError, GridRun, load_grid, matches, named_overrides, parse_filter
-from suPER.campaigns.local import Plan, init_ray, plan_runs, run_grid
+from suPER.campaigns.local import Plan, plan_runs, ray_session, run_grid
 
 __all__ = [
-    "BACKENDS", "RUNTIME_ENV_FILE", "SECRET_ENV_VARS", "TRAINERS", "ClusterError", "Grid", "GridError", "GridRun",
-    "Job", "Plan", "check_cluster", "dashboard_url", "execute", "first_difference", "init_ray", "load_grid",
-    "matches", "named_overrides", "parse_filter", "plan_jobs", "plan_runs", "run_grid", "runtime_env",
+    "BACKENDS", "CLUSTER_NETRC", "RUNTIME_ENV_FILE", "SECRET_ENV_VARS", "TRAINERS", "ClusterError", "Grid", "GridError", "GridRun",
+    "Job", "Plan", "check_cluster", "dashboard_url", "execute", "first_difference", "load_grid",
+    "matches", "named_overrides", "parse_filter", "plan_jobs", "plan_runs", "ray_session", "run_grid", "runtime_env",
     "submit_jobs", "trainer_for", "wait_for_jobs",
 ]

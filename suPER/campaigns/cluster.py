@@ -19,8 +19,16 @@ from suPER.campaigns.grid import Grid, GridError, GridRun
 RUNTIME_ENV_FILE = C.ROOT / "ray_runtime.yaml"
 """Runtime environment of submitted jobs (ships the repository as the jobs' working_dir)."""
 
-SECRET_ENV_VARS = ("WANDB_API_KEY",)
-"""Taken from the submitter's environment at submit time; never written to the repository."""
+SECRET_ENV_VARS = ("WANDB_API_KEY", "RAY_AUTH_TOKEN")
+"""Never sent to the cluster. Ray writes a job's runtime env into world-readable logs
+(``runtime_env_agent.log``) and serves it from the dashboard (``/api/jobs/``), so a secret in it is a
+leaked secret. The nodes authenticate W&B with a netrc file that the cluster launcher installs with mode
+0600 (``cluster/aws.yaml``; docs/decisions.md, "Security"); a secret named in ``ray_runtime.yaml`` is refused."""
+
+
+CLUSTER_NETRC = Path("~/.config/super-marl/wandb.netrc")
+"""The W&B credentials that ``cluster/aws.yaml`` installs on every node as ``~/.netrc`` (mode 0600);
+write it with ``NETRC=~/.config/super-marl/wandb.netrc wandb login``."""
 
 
 class ClusterError(C.ConfigError):
@@ -61,19 +69,29 @@ def check_cluster(address: str, timeout_s: float = 10.0) -> str:
                            f"--address / RAY_ADDRESS") from None
 
 
-def runtime_env(path: str | Path = RUNTIME_ENV_FILE, with_secrets: bool = True) -> dict[str, Any]:
-    """The jobs' runtime environment: ``ray_runtime.yaml`` with the repository as working_dir, plus
-    ``SECRET_ENV_VARS`` copied from this process's environment when ``with_secrets``."""
-    import os
+def runtime_env(path: str | Path = RUNTIME_ENV_FILE) -> dict[str, Any]:
+    """The jobs' runtime environment: ``ray_runtime.yaml`` with the repository as working_dir.
 
+    Nothing is taken from this process's environment: whatever goes in here is logged and served by Ray
+    (see ``SECRET_ENV_VARS``).
+
+    Raises:
+        ClusterError: the file cannot be read, or it names one of ``SECRET_ENV_VARS``.
+    """
     try:
         env = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise ClusterError(f"--runtime-env: cannot read {path} ({exc})") from exc
+        raise ClusterError(f"--runtime-env: cannot read {path} ({' '.join(str(exc).split())})") from None
+    if not isinstance(env, dict) or not isinstance(env.get("env_vars") or {}, dict):
+        raise ClusterError(f"--runtime-env: {path}: expected a mapping with an env_vars mapping, "
+                           f"got {type(env).__name__}")
+    env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
+    secret = sorted(set(env_vars) & set(SECRET_ENV_VARS))
+    if secret:
+        raise ClusterError(f"--runtime-env: {path}: expected no secrets in env_vars (Ray logs and serves them), "
+                           f"got {', '.join(secret)}; authenticate W&B on the nodes with a netrc file "
+                           f"(cluster/aws.yaml)")
     env["working_dir"] = str(C.ROOT)
-    env_vars = {k: str(v) for k, v in (env.get("env_vars") or {}).items()}
-    if with_secrets:
-        env_vars.update({k: os.environ[k] for k in SECRET_ENV_VARS if os.environ.get(k)})
     env["env_vars"] = env_vars
     return env
 
@@ -111,17 +129,18 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
         gpus: GPUs per run.
         filters: ``--filter`` values (``grid`` jobs repeat them).
         seeds: ``--seeds`` value (``grid`` jobs repeat it).
-        wandb: log online to W&B; None = when WANDB_API_KEY is set here.
+        wandb: log online to W&B; None = when ``CLUSTER_NETRC`` (the credentials the cluster launcher
+            installs on the nodes) is a non-empty file here.
         wandb_project: W&B project (the group is the grid name).
     """
-    import os
     import shlex
     import time
 
     if per not in ("run", "grid"):
         raise GridError(f"--per: expected run or grid, got {per!r}")
     if wandb is None:
-        wandb = bool(os.environ.get("WANDB_API_KEY"))
+        netrc = CLUSTER_NETRC.expanduser()
+        wandb = netrc.is_file() and netrc.stat().st_size > 0
     stamp = time.strftime("%Y%m%d-%H%M%S")
     todo = [r for r in runs_ if not r.pending]
     wb = ["--wandb", "--wandb-mode", "online", "--wandb-project", wandb_project, "--wandb-group", grid.name] \

@@ -126,9 +126,14 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     runs.atomic_write_json(folder.manifest, manifest)
     logger: runs.Logger = runs.NoLogger()
     if cfg.run.wandb:
-        logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
-                                  cfg.to_dict(), mode=cfg.run.wandb_mode, tags=[cfg.run.tag] if cfg.run.tag else None,
-                                  run_id=manifest["wandb_id"])
+        try:
+            logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
+                                      cfg.to_dict(), mode=cfg.run.wandb_mode,
+                                      tags=[cfg.run.tag] if cfg.run.tag else None, run_id=manifest["wandb_id"])
+        except runs.WandbError:  # nothing trained: the manifest must not say "running"
+            manifest.update(status=runs.FAILED, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            runs.atomic_write_json(folder.manifest, manifest)
+            raise
     if on_start is not None:
         on_start(folder, resume)
     status = runs.FAILED

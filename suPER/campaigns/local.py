@@ -4,7 +4,8 @@ each calling ``execute`` into its normal run folder, with a live progress table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,30 +92,37 @@ def _trainable(config: dict[str, Any]) -> None:
                  "env_steps_per_sec": summary.env_steps_per_sec, "done": True})
 
 
-def init_ray(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> str:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), or start Ray embedded on loopback only.
+@contextmanager
+def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> Iterator[str]:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), or start Ray embedded on this machine, for the block.
 
-    The embedded instance has no dashboard and listens on 127.0.0.1; Ray's token authentication is
-    disabled for it (``RAY_AUTH_MODE=disabled`` unless set), since nothing outside this machine can
-    reach it.
+    The embedded instance (``embedded_ray``) keeps Ray's token authentication on with a token made for
+    it, because Ray binds its servers to all interfaces; and a watchdog stops every process it started
+    when the block ends or the driver dies, SIGKILL included.
 
-    Returns:
+    Yields:
         ``"cluster <address>"`` or ``"local"``.
     """
     import os
 
     import ray
 
+    from suPER.campaigns import embedded_ray
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=False)
-        return f"cluster {address}"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=num_cpus or os.cpu_count(), num_gpus=num_gpus, include_dashboard=False,
-             _node_ip_address="127.0.0.1", log_to_driver=False, configure_logging=True,
-             logging_level="WARNING")
-    return "local"
+        try:
+            yield f"cluster {address}"
+        finally:
+            ray.shutdown()
+        return
+    handle = embedded_ray.start(num_cpus=num_cpus, num_gpus=num_gpus)
+    try:
+        yield "local"
+    finally:
+        embedded_ray.stop(handle)
 
 
 def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: float = 1.0,
@@ -162,11 +170,9 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
     import os
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
-    import ray
     from ray import tune
 
-    where = init_ray(address)
-    try:
+    with ray_session(address) as where:
         threads = max(1, int(cpus_per_trial))
         param = {"run": tune.grid_search([r.as_dict() for r in plan.todo]), "out": str(out), "threads": threads,
                  "device": "cuda" if gpus_per_trial > 0 else "cpu", "grid": grid.name, "report_every_s": 2.0,
@@ -193,8 +199,6 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
             if res.error:
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")
-    finally:
-        ray.shutdown()
     return outcome
 
 

@@ -13,9 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -44,18 +46,27 @@ def test_aws_cluster_config_passes_the_autoscaler_validation() -> None:
     assert all(t["max_workers"] > t.get("min_workers", 0) for n, t in types.items() if n != "ray.head.default")
     assert any("pip install -e ~/super-marl" in c for c in raw["setup_commands"])
     assert "--dashboard-host=127.0.0.1" in " ".join(raw["head_start_ray_commands"])
+    # W&B logs in on the nodes from a netrc file the launcher installs owner-only; no key in the file
+    netrc = str(campaigns.CLUSTER_NETRC)
+    assert raw["file_mounts"][netrc] == netrc
+    (install,) = [c for c in raw["setup_commands"] if "netrc" in c]
+    assert f"chmod 600 {netrc}" in install and f"install -m 600 {netrc} ~/.netrc" in install
+    assert "WANDB_API_KEY" not in yaml.safe_dump(raw)
 
 
-def test_runtime_env_ships_the_repository_and_takes_the_key_from_the_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runtime_env_ships_the_repository_and_never_a_secret(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
     text = (ROOT / "ray_runtime.yaml").read_text()
     assert "WANDB_API_KEY:" not in text.replace("# ", "")  # never committed
     monkeypatch.setenv("WANDB_API_KEY", "secret-from-env")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "token-from-env")
     env = campaigns.runtime_env()
-    assert env["working_dir"] == str(ROOT) and env["env_vars"]["WANDB_API_KEY"] == "secret-from-env"
-    assert "runs" in env["excludes"] and ".venv" in env["excludes"]
-    monkeypatch.delenv("WANDB_API_KEY")
-    assert "WANDB_API_KEY" not in campaigns.runtime_env()["env_vars"]
+    assert env["working_dir"] == str(ROOT) and "runs" in env["excludes"] and ".venv" in env["excludes"]
+    assert "secret-from-env" not in json.dumps(env) and "token-from-env" not in json.dumps(env)
+    bad = tmp_path / "runtime.yaml"
+    bad.write_text("env_vars:\n  WANDB_API_KEY: abc\n")
+    with pytest.raises(campaigns.ClusterError, match="expected no secrets in env_vars.*got WANDB_API_KEY"):
+        campaigns.runtime_env(bad)
 
 
 def test_jobs_per_run_and_per_grid() -> None:
@@ -133,9 +144,19 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
+class Cluster(NamedTuple):
+    url: str
+    """the dashboard (Job Submission API)"""
+    temp_dir: Path
+    """Ray's --temp-dir: every file the cluster writes (session logs, runtime envs, job logs)"""
+
+
+FAKE_KEY = "fakewandbkey" + "0123456789abcdef" * 3  # 60 characters, as long as a real W&B key
+
+
 @pytest.fixture(scope="module")
-def local_cluster() -> Iterator[str]:
-    """`ray start --head` on 127.0.0.1 with its own ports and temp dir; yields the dashboard URL."""
+def local_cluster() -> Iterator[Cluster]:
+    """`ray start --head` on 127.0.0.1 with its own ports and temp dir."""
     ray_bin = str(Path(sys.executable).parent / "ray")
     for _attempt in range(2):  # a heavily loaded machine can miss Ray's fixed 30 s raylet start-up window
         tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
@@ -164,7 +185,7 @@ def local_cluster() -> Iterator[str]:
             time.sleep(1)
         if up:
             try:
-                yield url
+                yield Cluster(url, Path(tmp))
             finally:
                 stop_session(proc.pid)
                 log.close()
@@ -183,12 +204,13 @@ def rows(run_dir: Path) -> list[int]:
         return [int(float(r["env_steps"])) for r in csv.DictReader(f)]
 
 
-def test_run_all_sh_and_grid_submit_on_a_local_cluster(local_cluster: str, tmp_path: Path) -> None:
+def test_run_all_sh_and_grid_submit_on_a_local_cluster(local_cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "campaign"
-    env = cluster_env()
-    r = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--address", local_cluster, "--out", str(out),
+    env = {**cluster_env(), "WANDB_API_KEY": FAKE_KEY}  # set in the submitter's shell: it must go nowhere
+    r = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--address", local_cluster.url, "--out", str(out),
                         "--filter", "env=pursuit", "--filter", "name=pursuit-ddqn,pursuit-dqn-super-stochastic",
-                        "--wait", str(SMOKE)], capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+                        "--no-wandb", "--wait", str(SMOKE)], capture_output=True, text=True, timeout=900, env=env,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.count(": SUCCEEDED") == 2
     for name in ("pursuit__ddqn__s1", "pursuit__dqn_super_stochastic__s1"):
@@ -199,9 +221,31 @@ def test_run_all_sh_and_grid_submit_on_a_local_cluster(local_cluster: str, tmp_p
         assert "runtime_resources" in " ".join(manifest["command"]) or manifest["host"]
 
     # the same grid again through the Python client, plus one more run: finished runs are skipped
-    r = cli("grid", "submit", str(SMOKE), "--address", local_cluster, "--out", str(out), "--filter", "env=pursuit",
-            "--filter", "name=pursuit-ddqn,pursuit-ddqn-paramshare", "--wait", env=env, timeout=900)
+    r = cli("grid", "submit", str(SMOKE), "--address", local_cluster.url, "--out", str(out), "--filter",
+            "env=pursuit", "--filter", "name=pursuit-ddqn,pursuit-ddqn-paramshare", "--no-wandb", "--wait", env=env,
+            timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "submitted 2 job(s) for 2 run(s) of smoke" in r.stdout and "2 job(s) succeeded" in r.stdout
     assert rows(out / "pursuit__ddqn_ps__s1") == [0, 100, 200, 300]
     assert rows(out / "pursuit__ddqn__s1") == [0, 100, 200, 300]  # untouched
+
+    # the key set at submit time is in no file Ray wrote and in nothing its dashboard serves
+    key = FAKE_KEY.encode()
+    leaked = [str(f) for f in local_cluster.temp_dir.rglob("*") if f.is_file() and not f.is_socket()
+              and key in f.read_bytes()]
+    leaked += [str(f) for f in out.rglob("*") if f.is_file() and key in f.read_bytes()]
+    jobs = json.loads(urllib.request.urlopen(f"{local_cluster.url}/api/jobs/", timeout=10).read())
+    assert len(jobs) >= 4 and all(not (j.get("runtime_env") or {}).get("env_vars", {}).get("WANDB_API_KEY")
+                                  for j in jobs)
+    paths = ["/api/jobs/", "/api/version", "/nodes?view=details", "/nodes?view=summary", "/api/cluster_status",
+             "/logical/actors", "/api/v0/tasks", "/api/v0/actors", "/api/v0/jobs", "/api/v0/nodes",
+             "/api/v0/workers", "/api/v0/runtime_envs", "/api/v0/logs?node_ip=127.0.0.1",
+             *[f"/api/jobs/{j['submission_id']}" for j in jobs], *[f"/api/jobs/{j['submission_id']}/logs" for j in jobs]]
+    for path in paths:
+        try:
+            body = urllib.request.urlopen(f"{local_cluster.url}{path}", timeout=30).read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+        if key in body:
+            leaked.append(path)
+    assert not leaked
