@@ -248,9 +248,11 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
         torch.set_num_threads(run.threads)
     seed_everything(run.seed)
     t_start = time.perf_counter()
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    # alone (not inside a grid run's Ray): the same embedded Ray as `grid run`, token auth on and stopped
+    # with the driver, SIGKILL included (suPER.campaigns.embedded_ray: why not a plain ray.init)
+    from suPER.campaigns import embedded_ray
+
+    own_ray = None if ray.is_initialized() else embedded_ray.start(num_cpus=1)
     algo = None
     eval_env = make_env(cfg.env, seed=run.seed + cfg.env.seed_offset + cfg.env.eval_seed_offset)
     try:
@@ -260,8 +262,8 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
         eval_env.close()
         if algo is not None:
             algo.stop()
-        if started_ray:
-            ray.shutdown()
+        if own_ray is not None:
+            embedded_ray.stop(own_ray)
 
 
 def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progress: ProgressFn | None, algo: Any,
