@@ -376,6 +376,11 @@ def plot(
     group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
     config: ConfigOpt = None,
     name: NameOpt = None,
+    analysis: Annotated[bool, typer.Option("--analysis", help="also the claim table and the aggregates across "
+                                                              "envs (normalized IQM, performance profiles, "
+                                                              "probability of improvement; suPER/analysis.py)")] = False,
+    marl_eval: Annotated[Path | None, typer.Option("--marl-eval", help="also write the runs as JSON in "
+                                                                       "marl-eval's layout (suPER/export.py)")] = None,
 ) -> None:
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
@@ -401,8 +406,28 @@ def plot(
             raise UserError(f"CAMPAIGN_DIR: {campaign_dir} is not a folder")
         curves = plotting.load_run_curves(plotting.find_run_folders([campaign_dir]), metric=metric)
         title = campaign_dir.resolve().name
-    _report(curves, out or (campaign_dir or Path(".")) / "figures", metric, smooth, last_fraction, title, config,
-            name)
+    out = out or (campaign_dir or Path(".")) / "figures"
+    _report(curves, out, metric, smooth, last_fraction, title, config, name)
+    if analysis or marl_eval:
+        _analysis(plotting.select_configurations(curves, config or []), out, last_fraction, name, analysis, marl_eval)
+
+
+def _analysis(curves: list[Any], out: Path, last_fraction: float, name: str | None, claims: bool,
+              marl_eval: Path | None) -> None:
+    """Claim table + aggregates (``analysis.report``) and / or the marl-eval export of ``curves``."""
+    if claims:
+        from suPER import analysis
+
+        paths = analysis.report(curves, out, last_fraction=last_fraction, name=name)
+        print(paths["claims_md"].read_text(), end="")
+        print(f"-> {', '.join(str(p) for p in paths.values())}")
+    if marl_eval:
+        from suPER import export
+
+        try:
+            print(f"marl-eval JSON -> {export.write_marl_eval(curves, marl_eval, last_fraction)}")
+        except OSError as exc:
+            raise UserError(f"--marl-eval: {marl_eval}: cannot write ({exc.strerror})") from exc
 
 
 @app.command()
