@@ -297,7 +297,7 @@ def write_aggregates(agg: dict[str, Any], info: dict[str, dict[str, Any]], out_d
               "value": p["value"], "low": p["low"], "high": p["high"]} for p in agg["poi"]]
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, ("kind", "configuration", "value", "low", "high"))
-    lines = ["Aggregate over envs " + ", ".join(agg["envs"]) + ": final scores normalized per env as "
+    lines = ["Aggregate over envs " + (", ".join(agg["envs"]) or "(none could be normalized)") + ": final scores normalized per env as "
              "(score - random) / (best - random), random = the random-policy team return "
              "(evaluation.random_team_return), best = the best configuration's mean final score; "
              "95% CIs from a bootstrap stratified by env (and configuration).", "",
@@ -367,8 +367,8 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1
         name: file stem prefix (``<name>_claims.md``, ``<name>_aggregate.png``, ...).
 
     Returns:
-        Paths by kind: claims_csv, claims_md, and (when an env could be normalized) aggregate_csv,
-        aggregate_md, aggregate_png, aggregate_svg.
+        Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, and (when an env could be
+        normalized) aggregate_png, aggregate_svg.
     """
     out_dir = Path(out_dir)
     prefix = f"{name}_" if name else ""
@@ -379,7 +379,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1
         random = random_returns(curves, out_dir / "random_returns.json")
     norm, info = normalize(scores, random)
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
-    if agg["configurations"]:
-        paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
+    paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
+    if agg["configurations"]:  # else the markdown says why no env could be normalized
         paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate")
     return paths
