@@ -688,7 +688,8 @@ def reproduce(
         raise UserError(f"--cpus-per-trial: expected a number > 0, got {cpus_per_trial}")
     grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [])
     out = out or R.default_out(grid, fraction, layer)
-    where = "on the cluster (one run per worker CPU)" if address else "on this machine"
+    where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
+        "on this machine"
     est = R.estimate(runs_, out, R.local_parallel(cpus_per_trial))
     print(R.describe(figure, est, out, where), flush=True)
     if dry_run:

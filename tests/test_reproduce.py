@@ -120,3 +120,13 @@ def test_tiny_reproduction_draws_the_figure_and_tables_and_resumes(tmp_path: Pat
     assert plan_numbers(res.stdout)[:3] == (4, 4, 0)
     assert (out / folders[0] / "metrics.csv").stat().st_mtime_ns == mtime
     assert "figures and tables in" in res.stdout
+
+
+def test_cluster_jobs_carry_the_scaled_and_layered_runs() -> None:
+    grid, runs = R.figure_runs("fig1", fraction=0.001, seeds=1, envs=["battle"], layer=SMOKE)
+    jobs = R.cluster_plan(grid, runs, "~/runs/fig1", cpus=1.0)
+    assert len(jobs) == len(runs) == len([r for r in grid.runs if r.env == "battle" and r.seed == 1])
+    budget = round(0.001 * R.paper_budget("battle"))
+    for job, run in zip(jobs, runs):
+        assert job.runs == [run.run_name] and f"--num-timesteps {budget}" in job.entrypoint
+        assert "env.kwargs.max_cycles=60" in job.entrypoint and job.entrypoint.endswith("--out ~/runs/fig1")
