@@ -3,6 +3,8 @@
 # as the original run_all.sh did, with ray_runtime.yaml as the jobs' runtime environment.
 #
 #   ./run_all.sh [options] GRID_FILE            e.g. ./run_all.sh experiments/paper_grid.yaml
+#   ./run_all.sh [options]                      no GRID_FILE: the original's default, the paper grid minus
+#                                               MADDPG and SEAC, seeds 1-3 (117 jobs)
 #
 #   --address URL    the cluster's dashboard (default: $RAY_ADDRESS, else http://127.0.0.1:8265, where
 #                    `ray dashboard cluster/aws.yaml` forwards the head's dashboard)
@@ -23,12 +25,12 @@
 # Resubmitting the same grid skips finished runs and resumes unfinished ones from their checkpoints.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
 
 cd "$(dirname "${BASH_SOURCE[0]}")"     # the repository root: shipped to the cluster as working_dir
 PY="${PYTHON:-python}"
 ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
-PER=run; OUT=""; CPUS=1; GPUS=0; WAIT=0; DRY=0; GRID=""
+PER=run; OUT=""; CPUS=1; GPUS=0; WAIT=0; DRY=0; GRID=""; SEEDS_GIVEN=0
 LIST_ARGS=(); WANDB_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --per-run) PER=run; shift ;;
     --per-grid) PER=grid; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    --filter|--seeds) LIST_ARGS+=("$1" "$2"); shift 2 ;;
+    --filter|--seeds) [ "$1" = --filter ] || SEEDS_GIVEN=1; LIST_ARGS+=("$1" "$2"); shift 2 ;;
     --cpus) CPUS="$2"; shift 2 ;;
     --gpus) GPUS="$2"; shift 2 ;;
     --wandb|--no-wandb) WANDB_ARGS=("$1"); shift ;;
@@ -47,7 +49,12 @@ while [ $# -gt 0 ]; do
     *) [ -z "$GRID" ] || { echo "error: more than one grid file" >&2; exit 2; }; GRID="$1"; shift ;;
   esac
 done
-[ -n "$GRID" ] || usage
+if [ -z "$GRID" ]; then  # as the original's bare run_all.sh: most experiments (except MADDPG and SEAC), 3 seeds
+  GRID=experiments/paper_grid.yaml
+  LIST_ARGS=(--filter "algo=dqn,ddqn,qmix" "${LIST_ARGS[@]+"${LIST_ARGS[@]}"}")
+  [ "$SEEDS_GIVEN" = 1 ] || LIST_ARGS+=(--seeds 3)
+  echo "no grid file given: submitting $GRID without MADDPG and SEAC (--filter algo=dqn,ddqn,qmix)$([ "$SEEDS_GIVEN" = 1 ] || echo ', seeds 1-3'), as the original run_all.sh" >&2
+fi
 case "$ADDRESS" in http://*|https://*) ;; *) ADDRESS="http://$ADDRESS" ;; esac
 
 # The jobs of the grid (this validates the whole grid file before anything is submitted).

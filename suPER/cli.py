@@ -433,6 +433,11 @@ def plot(
     group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
     config: ConfigOpt = None,
     name: NameOpt = None,
+    analysis: Annotated[bool, typer.Option("--analysis", help="also the claim table and the aggregates across "
+                                                              "envs (normalized IQM, performance profiles, "
+                                                              "probability of improvement; suPER/analysis.py)")] = False,
+    marl_eval: Annotated[Path | None, typer.Option("--marl-eval", help="also write the runs as JSON in "
+                                                                       "marl-eval's layout (suPER/export.py)")] = None,
 ) -> None:
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
@@ -469,6 +474,26 @@ def plot(
                                           skipped=skipped)
         title, source = campaign_dir.resolve().name, str(campaign_dir)
     _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
+    if analysis or marl_eval:
+        _analysis(plotting.select_configurations(curves, config or []), target, last_fraction, name, analysis, marl_eval)
+
+
+def _analysis(curves: list[Any], out: Path, last_fraction: float, name: str | None, claims: bool,
+              marl_eval: Path | None) -> None:
+    """Claim table + aggregates (``analysis.report``) and / or the marl-eval export of ``curves``."""
+    if claims:
+        from suPER import analysis
+
+        paths = analysis.report(curves, out, last_fraction=last_fraction, name=name)
+        print(paths["claims_md"].read_text(), end="")
+        print(f"-> {', '.join(str(p) for p in paths.values())}")
+    if marl_eval:
+        from suPER import export
+
+        try:
+            print(f"marl-eval JSON -> {export.write_marl_eval(curves, marl_eval, last_fraction)}")
+        except OSError as exc:
+            raise UserError(f"--marl-eval: {marl_eval}: cannot write ({exc.strerror})") from exc
 
 
 @app.command()
@@ -695,6 +720,69 @@ def _flag_pairs(args: list[str]) -> list[str]:
         else:
             out[-1] += f" {a}"
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# reproduce: one command per figure (suPER/reproduce.py)
+
+
+@app.command()
+def reproduce(
+    figure: Annotated[str, typer.Argument(help="fig1 (experiments/fig1.yaml) | bandwidth "
+                                               "(experiments/bandwidth_sweep.yaml)")],
+    fraction: Annotated[float | None, typer.Option(help="budget per run as a fraction of the paper's (pursuit "
+                                                        "800k, battle 300k, adversarial pursuit 600k env steps); "
+                                                        "default: the grid file's budgets")] = None,
+    seeds: Annotated[int | None, typer.Option(help="seeds 1..N (default: the grid file's)")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="only this env (repeatable)")] = None,
+    out: Annotated[Path | None, typer.Option(help="campaign folder (default runs/<grid>[-f<F>][-<layer>])")] = None,
+    address: Annotated[str | None, typer.Option(help="run on the Ray cluster whose dashboard is here "
+                                                     "(http://HOST:8265; as grid submit) instead of locally")] = None,
+    layer: Annotated[Path | None, typer.Option(help="a grid file whose defaults / env_defaults go over every run, "
+                                                    "e.g. experiments/smoke.yaml for a quick check")] = None,
+    filter_: FilterOpt = None,
+    cpus_per_trial: Annotated[float, typer.Option("--cpus-per-trial", help="CPUs per run")] = 1.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and the estimate only")] = False,
+) -> None:
+    """Run a figure's grid (locally through Ray Tune, or on a cluster) and draw it into OUT/figures.
+
+    Prints the runs, env steps and estimated wall time first; running it again skips finished runs and
+    resumes unfinished ones.
+    """
+    from suPER import campaigns
+    from suPER import reproduce as R
+
+    if cpus_per_trial <= 0:
+        raise UserError(f"--cpus-per-trial: expected a number > 0, got {cpus_per_trial}")
+    grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [])
+    out = out or R.default_out(grid, fraction, layer)
+    where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
+        "on this machine"
+    est = R.estimate(runs_, out, R.local_parallel(cpus_per_trial))
+    print(R.describe(figure, est, out, where), flush=True)
+    if dry_run:
+        return
+    if est.todo and address:
+        url = campaigns.dashboard_url(address)
+        jobs = R.cluster_plan(grid, est.todo, str(out), cpus_per_trial)
+        ids = campaigns.submit_jobs(jobs, url, campaigns.runtime_env(), grid.name)
+        print(f"submitted {len(ids)} job(s) to {url}; waiting for them", flush=True)
+        status = campaigns.wait_for_jobs(url, ids)
+        if any(s != "SUCCEEDED" for s in status.values()):
+            print("some jobs did not succeed; run the same command again to resume them", file=sys.stderr)
+            raise typer.Exit(1)
+    elif est.todo:
+        outcome = campaigns.run_grid(grid, est.todo, out, cpus_per_trial=cpus_per_trial)
+        if outcome["failed"]:
+            print(f"{len(outcome['failed'])} run(s) failed; run the same command again to resume them",
+                  file=sys.stderr)
+            raise typer.Exit(1)
+    if not out.is_dir():
+        print(f"run folders are on the cluster under {out}; draw them there with: super-marl reproduce {figure} "
+              f"--out {out} (all runs finished: nothing is trained)")
+        return
+    paths = R.draw(figure, out)
+    print(f"figures and tables in {out / 'figures'}: " + ", ".join(p.name for p in paths.values()))
 
 
 # --------------------------------------------------------------------------------------------------

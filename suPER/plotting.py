@@ -359,26 +359,32 @@ class Band:
     n_runs: int
 
 
-def bootstrap_ci(samples: np.ndarray, statistic: Any, n_resamples: int = 2000, seed: int = 0,
-                 confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_ci(samples: np.ndarray | tuple[np.ndarray, ...], statistic: Any, n_resamples: int = 2000,
+                 seed: int = 0, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap CI of ``statistic`` over axis 0 (runs) with ``scipy.stats.bootstrap``.
 
+    A tuple of samples is a stratified bootstrap: each stratum (a configuration, an env) is resampled
+    on its own, with its own size, and ``statistic(*strata, axis)`` sees one resample of each, as
+    rliable resamples runs within each task.
+
     Args:
-        samples: [R, ...] one row per run.
-        statistic: ``f(x, axis)`` (e.g. ``np.mean`` or the IQM).
+        samples: [R, ...] one row per run, or a tuple of such arrays (strata).
+        statistic: ``f(x, axis)`` (e.g. ``np.mean`` or the IQM), or ``f(*strata, axis)``.
         n_resamples: bootstrap resamples.
         seed: generator seed (figures are reproducible).
         confidence: confidence level.
 
     Returns:
-        (low, high), NaN where fewer than two runs exist.
+        (low, high), NaN where a stratum has fewer than two runs.
     """
     from scipy.stats import bootstrap
 
-    if samples.shape[0] < 2:
-        nan = np.full(samples.shape[1:], np.nan)
+    strata = samples if isinstance(samples, tuple) else (samples,)
+    if min(s.shape[0] for s in strata) < 2:
+        shape = np.shape(statistic(*strata, axis=0))
+        nan = np.full(shape, np.nan)
         return nan, nan.copy()
-    res = bootstrap((samples,), statistic, axis=0, vectorized=True, n_resamples=n_resamples,
+    res = bootstrap(strata, statistic, axis=0, vectorized=True, n_resamples=n_resamples,
                     confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
     return np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
 
@@ -390,7 +396,8 @@ def iqm(x: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.asarray(trim_mean(x, 0.25, axis=axis))
 
 
-def _groups(curves: Sequence[RunCurve]) -> dict[tuple[str, str], list[RunCurve]]:
+def groups(curves: Sequence[RunCurve]) -> dict[tuple[str, str], list[RunCurve]]:
+    """Curves by (env, configuration), sorted."""
     groups: dict[tuple[str, str], list[RunCurve]] = {}
     for c in curves:
         groups.setdefault((c.env, c.label), []).append(c)
@@ -406,7 +413,7 @@ def aggregate(curves: Sequence[RunCurve], smoothing: int = 1, n_resamples: int =
     otherwise cut the whole band at 500 (``plot_bands`` can draw them on their own, dashed).
     """
     bands: list[Band] = []
-    for (env, label), group in _groups([c for c in curves if c.finished]).items():
+    for (env, label), group in groups([c for c in curves if c.finished]).items():
         common = set(group[0].steps.tolist())
         for c in group[1:]:
             common &= set(c.steps.tolist())
@@ -425,6 +432,15 @@ FINAL_COLUMNS = ("env", "configuration", "runs", "evaluations", "final_env_steps
 """Columns of the final-performance table."""
 
 
+def final_scores(curves: Sequence[RunCurve], last_fraction: float = 0.1) -> np.ndarray:
+    """Each run's final score: the mean of its last ``ceil(last_fraction * K)`` evaluations (at least one).
+
+    Returns:
+        float [R], in the order of ``curves``.
+    """
+    return np.array([c.values[-max(1, math.ceil(last_fraction * len(c.values))):].mean() for c in curves])
+
+
 def final_performance(curves: Sequence[RunCurve], last_fraction: float = 0.1,
                       n_resamples: int = 2000) -> list[dict[str, Any]]:
     """Final performance per (env, configuration): each run's score is its mean over the last
@@ -436,9 +452,9 @@ def final_performance(curves: Sequence[RunCurve], last_fraction: float = 0.1,
         One dict per configuration with ``FINAL_COLUMNS``.
     """
     rows: list[dict[str, Any]] = []
-    for (env, label), group in _groups([c for c in curves if c.finished]).items():
+    for (env, label), group in groups([c for c in curves if c.finished]).items():
         k = [max(1, math.ceil(last_fraction * len(c.values))) for c in group]
-        scores = np.array([c.values[-n:].mean() for c, n in zip(group, k)])
+        scores = final_scores(group, last_fraction)
         mean_ci = bootstrap_ci(scores, np.mean, n_resamples=n_resamples)
         iqm_ci = bootstrap_ci(scores, iqm, n_resamples=n_resamples)
         rows.append({"env": env, "configuration": label, "runs": len(group), "evaluations": min(k),
@@ -514,7 +530,7 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
             ax.plot(b.steps, b.mean, color=color[b.label], lw=1.4, label=f"{b.label} (n={b.n_runs})")
             if not np.isnan(b.low).all():
                 ax.fill_between(b.steps, b.low, b.high, color=color[b.label], alpha=0.18, linewidth=0)
-        for (_, label), group in _groups([c for c in unfinished if c.env == env]).items():
+        for (_, label), group in groups([c for c in unfinished if c.env == env]).items():
             for i, c in enumerate(group):
                 ax.plot(c.steps, c.values, color=color[label], lw=0.9, ls="--", alpha=0.7,
                         label=f"{label} (unfinished, n={len(group)})" if i == 0 else None)

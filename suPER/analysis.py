@@ -1,0 +1,385 @@
+"""What a MARL reviewer asks of a campaign: claim tests and env-aggregated metrics (Agarwal et al. 2021).
+
+Every number starts from each run's *final score*: the mean of its last 10% of evaluations
+(``plotting.final_scores``). On top of the per-env final-performance table (``plotting.final_performance``):
+
+* **claim table** (per env): SUPER-quantile against no sharing, share-all and parameter sharing, each as
+  ``IQM(SUPER) - IQM(baseline)`` with a 95% stratified percentile-bootstrap CI (the two configurations'
+  runs are resampled separately) and the probability of improvement
+  ``P(X > Y) = mean_{i,j} [x_i > y_j] + 0.5 [x_i = y_j]`` (X a SUPER run, Y a baseline run) with its CI.
+  Verdict: *holds* when the CI of the IQM difference lies above 0, *does not hold* when it lies below 0,
+  *inconclusive at this budget* when it contains 0 (or fewer than two runs give no CI).
+* **aggregates across envs** (rliable / marl-eval style): scores normalized per env as
+  ``(score - random) / (best - random)``, where ``random`` is the env's random-policy team return and
+  ``best`` the highest mean final score of any configuration in that env (so the best configuration has
+  mean 1 and a random team 0); the IQM of the normalized scores of all runs of a configuration across envs,
+  performance profiles ``P(normalized score > tau)``, and the probability of improvement of SUPER over each
+  baseline averaged over envs. CIs are stratified bootstraps: runs are resampled within each env (and
+  configuration), as rliable resamples runs within each task. Only configurations present in every env
+  are aggregated.
+
+Random-policy returns are measured once per env configuration with ``evaluation.random_team_return``
+(20 episodes, seeded) and cached in ``<figures>/random_returns.json`` keyed by the env config.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suPER import plotting
+from suPER.plotting import RunCurve, bootstrap_ci, iqm
+from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+CLAIMS = (
+    ("SUPER-quantile - no sharing", "{algo}_super_quantile", "{algo}"),
+    ("SUPER-quantile - share-all", "{algo}_super_quantile", "{algo}_super_* [[]shareall]"),
+    ("SUPER-quantile - parameter sharing", "{algo}_super_quantile", "{algo}_ps"),
+)
+"""(claim, SUPER configuration, baseline configuration glob: ``[[]`` is a literal ``[``); ``{algo}`` is ddqn or dqn."""
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this budget"
+
+RANDOM_EPISODES = 20
+"""Episodes of the random policy per env (``random_team_return``)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# statistics
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``P(X > Y)`` over all pairs of a run of X and a run of Y, ties counting half (Agarwal et al. 2021).
+
+    Args:
+        x: scores of X, runs along ``axis``.
+        y: scores of Y, runs along ``axis`` (other axes broadcast with x's; bootstrap resamples).
+
+    Returns:
+        float array without ``axis``.
+    """
+    x, y = np.moveaxis(np.asarray(x, float), axis, -1), np.moveaxis(np.asarray(y, float), axis, -1)
+    gt = (x[..., :, None] > y[..., None, :]).mean(axis=(-2, -1))
+    eq = (x[..., :, None] == y[..., None, :]).mean(axis=(-2, -1))
+    return np.asarray(gt + 0.5 * eq)
+
+
+def iqm_difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``IQM(x) - IQM(y)`` along ``axis``."""
+    return iqm(x, axis=axis) - iqm(y, axis=axis)
+
+
+def verdict(low: float, high: float) -> str:
+    """holds / does not hold / inconclusive from the 95% CI of a difference (SUPER minus baseline)."""
+    if np.isnan(low) or np.isnan(high):
+        return INCONCLUSIVE
+    return HOLDS if low > 0 else FAILS if high < 0 else INCONCLUSIVE
+
+
+def scores_by_configuration(curves: Sequence[RunCurve], last_fraction: float = 0.1) -> dict[str, dict[str, np.ndarray]]:
+    """env -> configuration -> final scores of its finished runs (float [R]; unfinished runs have no final score)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
+        out.setdefault(env, {})[label] = plotting.final_scores(group, last_fraction)
+    return out
+
+
+def algos_with_super(labels: Sequence[str]) -> list[str]:
+    """Algorithms (ddqn, dqn) that have a SUPER-quantile configuration among ``labels``."""
+    return sorted({lab.removesuffix("_super_quantile") for lab in labels if lab.endswith("_super_quantile")})
+
+
+CLAIM_COLUMNS = ("env", "claim", "super", "baseline", "super_runs", "baseline_runs", "iqm_difference",
+                 "ci_low", "ci_high", "probability_of_improvement", "poi_ci_low", "poi_ci_high", "verdict")
+
+
+def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 2000) -> list[dict[str, Any]]:
+    """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``)."""
+    rows: list[dict[str, Any]] = []
+    for env, by_cfg in scores.items():
+        for algo in algos_with_super(list(by_cfg)):
+            for claim, sup, base in CLAIMS:
+                sup, base = sup.format(algo=algo), base.format(algo=algo)
+                base_labels = [lab for lab in by_cfg if fnmatch.fnmatchcase(lab, base)]
+                if sup not in by_cfg or not base_labels:
+                    continue
+                x, y = by_cfg[sup], by_cfg[base_labels[0]]
+                lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
+                plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
+                rows.append({"env": env, "claim": claim, "super": sup, "baseline": base_labels[0],
+                             "super_runs": len(x), "baseline_runs": len(y),
+                             "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
+                             "probability_of_improvement": float(probability_of_improvement(x, y)),
+                             "poi_ci_low": float(plo), "poi_ci_high": float(phi), "verdict": verdict(float(lo), float(hi))})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# normalization and aggregates across envs
+
+
+def normalize(scores: dict[str, dict[str, np.ndarray]], random: dict[str, float]) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, Any]]]:
+    """``(score - random) / (best - random)`` per env, ``best`` = the highest mean final score of a configuration.
+
+    Envs without a random return, or whose best configuration does not beat random, are left out
+    (the scale would be undefined or inverted) and reported in the second value.
+
+    Returns:
+        (env -> configuration -> normalized scores, env -> {random, best, best_configuration, used, why}).
+    """
+    out: dict[str, dict[str, np.ndarray]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for env, by_cfg in scores.items():
+        best_cfg = max(by_cfg, key=lambda lab: float(by_cfg[lab].mean()))
+        best = float(by_cfg[best_cfg].mean())
+        r = random.get(env)
+        row = {"random": r, "best": best, "best_configuration": best_cfg, "used": False, "why": ""}
+        if r is None:
+            row["why"] = "no random-policy return"
+        elif best <= r:
+            row["why"] = "no configuration beats the random policy"
+        else:
+            out[env] = {lab: (s - r) / (best - r) for lab, s in by_cfg.items()}
+            row["used"] = True
+        info[env] = row
+    return out, info
+
+
+def common_configurations(norm: dict[str, dict[str, np.ndarray]]) -> list[str]:
+    """Configurations with runs in every env of ``norm`` (sorted)."""
+    sets = [set(by_cfg) for by_cfg in norm.values()]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def _pooled_iqm(*strata: np.ndarray, axis: int = -1) -> np.ndarray:
+    return iqm(np.concatenate(strata, axis=axis), axis=axis)
+
+
+TAUS = np.linspace(-0.5, 1.5, 41)
+"""Normalized-score thresholds of the performance profiles."""
+
+
+def aggregate_metrics(norm: dict[str, dict[str, np.ndarray]], n_resamples: int = 2000,
+                      taus: np.ndarray = TAUS) -> dict[str, Any]:
+    """Normalized IQM, performance profiles and SUPER's probability of improvement across envs.
+
+    Returns:
+        ``{"configurations": [...], "iqm": {cfg: (value, low, high)}, "profiles": {cfg: (frac_T, low_T, high_T)},
+        "taus": taus, "poi": [{"super", "baseline", "value", "low", "high", "envs"}]}``; POI is the mean over
+        envs of the per-env probability of improvement (rliable's ``probability_of_improvement``).
+    """
+    cfgs = common_configurations(norm)
+    envs = list(norm)
+    res: dict[str, Any] = {"configurations": cfgs, "envs": envs, "taus": taus, "iqm": {}, "profiles": {}, "poi": []}
+    for cfg in cfgs:
+        strata = tuple(norm[e][cfg] for e in envs)
+        lo, hi = bootstrap_ci(strata, _pooled_iqm, n_resamples=n_resamples)
+        res["iqm"][cfg] = (float(_pooled_iqm(*strata)), float(lo), float(hi))
+
+        def profile(*s: np.ndarray, axis: int = -1) -> np.ndarray:
+            pooled = np.moveaxis(np.concatenate(s, axis=axis), axis, -1)
+            return np.moveaxis((pooled[..., None, :] > taus[:, None]).mean(axis=-1), -1, 0)
+
+        plo, phi = bootstrap_ci(strata, profile, n_resamples=n_resamples)
+        res["profiles"][cfg] = (profile(*strata, axis=0), plo, phi)
+    for algo in algos_with_super(cfgs):
+        for _, sup, base in CLAIMS:
+            sup, base = sup.format(algo=algo), base.format(algo=algo)
+            bases = [c for c in cfgs if fnmatch.fnmatchcase(c, base)]
+            if sup not in cfgs or not bases:
+                continue
+            strata = tuple(a for e in envs for a in (norm[e][sup], norm[e][bases[0]]))
+
+            def mean_poi(*s: np.ndarray, axis: int = -1) -> np.ndarray:
+                return np.mean([probability_of_improvement(s[i], s[i + 1], axis=axis) for i in range(0, len(s), 2)],
+                               axis=0)
+
+            lo, hi = bootstrap_ci(strata, mean_poi, n_resamples=n_resamples)
+            res["poi"].append({"super": sup, "baseline": bases[0], "value": float(mean_poi(*strata)),
+                               "low": float(lo), "high": float(hi), "envs": len(envs)})
+    return res
+
+
+# --------------------------------------------------------------------------------------------------
+# random-policy returns (cached)
+
+
+def env_key(env_cfg: dict[str, Any]) -> str:
+    """``<env>-<sha1 of the env config>[:10]``: a random return belongs to exactly one env configuration."""
+    text = json.dumps(env_cfg, sort_keys=True, default=str)
+    return f"{env_cfg.get('name', '?')}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+
+
+def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RANDOM_EPISODES) -> dict[str, float]:
+    """Random-policy team return per env, measured with ``evaluation.random_team_return`` on the env config
+    of the env's first run folder, and cached in ``cache`` (JSON, keyed by :func:`env_key`).
+
+    Envs whose runs disagree on the env config (e.g. smoke and paper maps in one folder) use the first;
+    curves that do not come from a run folder (W&B) get no random return.
+    """
+    from suPER import config as C
+
+    cache = Path(cache)
+    stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
+    out: dict[str, float] = {}
+    changed = False
+    for c in curves:
+        if c.env in out or not (Path(c.source) / "config.json").is_file():
+            continue
+        env_cfg = json.loads((Path(c.source) / "config.json").read_text())["env"]
+        key = env_key(env_cfg)
+        if key not in stored:
+            from suPER.evaluation import random_team_return
+
+            value = random_team_return(C.from_dict({"env": env_cfg}).env, episodes=episodes)
+            stored[key] = {"env": c.env, "random_team_return": value, "episodes": episodes, "env_config": env_cfg}
+            changed = True
+        out[c.env] = float(stored[key]["random_team_return"])
+    if changed:
+        atomic_write_json(cache, stored)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tables and figures
+
+
+def _fmt(v: float, digits: int = 2) -> str:
+    return "-" if v != v else f"{v:.{digits}f}"
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "claims") -> tuple[Path, Path]:
+    """Claim table as CSV and markdown. Returns (csv, md)."""
+    out_dir = Path(out_dir)
+    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
+    _write_csv(csv_path, rows, CLAIM_COLUMNS)
+    lines = ["Claims: difference of IQM of final scores (mean of each run's last 10% of evaluations), SUPER minus "
+             "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
+             "baseline run) with its CI (Agarwal et al. 2021). Verdict from the CI of the difference: holds (> 0), "
+             "does not hold (< 0), inconclusive (contains 0, or fewer than 2 runs).", "",
+             "| env | claim | runs | IQM difference | 95% CI | P(improvement) | 95% CI | verdict |",
+             "|---|---|---:|---:|---|---:|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['env']} | {r['claim']} ({r['baseline']}) | {r['super_runs']} vs {r['baseline_runs']} | "
+                     f"{_fmt(r['iqm_difference'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
+                     f"{_fmt(r['probability_of_improvement'])} | [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
+                     f"{r['verdict']} |")
+    if not rows:
+        lines.append("| - | no SUPER-quantile configuration with a baseline in these runs | | | | | | |")
+    atomic_write_text(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def write_aggregates(agg: dict[str, Any], info: dict[str, dict[str, Any]], out_dir: Path,
+                     stem: str = "aggregate") -> tuple[Path, Path]:
+    """Normalized IQM and probability-of-improvement tables (CSV + markdown). Returns (csv, md)."""
+    out_dir = Path(out_dir)
+    rows = [{"kind": "iqm", "configuration": c, "value": v, "low": lo, "high": hi}
+            for c, (v, lo, hi) in agg["iqm"].items()]
+    rows += [{"kind": "probability_of_improvement", "configuration": f"{p['super']} > {p['baseline']}",
+              "value": p["value"], "low": p["low"], "high": p["high"]} for p in agg["poi"]]
+    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
+    _write_csv(csv_path, rows, ("kind", "configuration", "value", "low", "high"))
+    lines = ["Aggregate over envs " + (", ".join(agg["envs"]) or "(none could be normalized)") + ": final scores normalized per env as "
+             "(score - random) / (best - random), random = the random-policy team return "
+             "(evaluation.random_team_return), best = the best configuration's mean final score; "
+             "95% CIs from a bootstrap stratified by env (and configuration).", "",
+             "| env | random-policy return | best configuration | its mean | used |", "|---|---:|---|---:|---|"]
+    for env, r in info.items():
+        lines.append(f"| {env} | {_fmt(r['random'] if r['random'] is not None else float('nan'))} | "
+                     f"{r['best_configuration']} | {_fmt(r['best'])} | {'yes' if r['used'] else 'no: ' + r['why']} |")
+    lines += ["", "| configuration | normalized IQM | 95% CI |", "|---|---:|---|"]
+    lines += [f"| {r['configuration']} | {_fmt(r['value'])} | [{_fmt(r['low'])}, {_fmt(r['high'])}] |"
+              for r in rows if r["kind"] == "iqm"]
+    lines += ["", "| probability of improvement (mean over envs) | value | 95% CI |", "|---|---:|---|"]
+    lines += [f"| {r['configuration']} | {_fmt(r['value'])} | [{_fmt(r['low'])}, {_fmt(r['high'])}] |"
+              for r in rows if r["kind"] != "iqm"]
+    atomic_write_text(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate") -> tuple[Path, Path]:
+    """Three panels: normalized IQM with CIs per configuration, performance profiles, probability of
+    improvement of SUPER over each baseline (rliable's figures). Returns (png, svg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), dpi=120)
+    cfgs = agg["configurations"]
+    cmap = plt.get_cmap("tab10")
+    for i, c in enumerate(cfgs):
+        v, lo, hi = agg["iqm"][c]
+        axes[0].errorbar([v], [i], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="o",
+                         color=cmap(i % 10), capsize=4)
+        frac, plo, phi = agg["profiles"][c]
+        axes[1].plot(agg["taus"], frac, color=cmap(i % 10), label=c)
+        if not np.isnan(plo).all():
+            axes[1].fill_between(agg["taus"], plo, phi, color=cmap(i % 10), alpha=0.15, linewidth=0)
+    axes[0].set_yticks(range(len(cfgs)), cfgs, fontsize=7)
+    axes[0].set_xlabel("normalized IQM (95% stratified bootstrap CI)")
+    axes[1].set_xlabel(r"normalized score $\tau$")
+    axes[1].set_ylabel(r"fraction of runs with score > $\tau$")
+    axes[1].legend(fontsize=6.5)
+    for j, p in enumerate(agg["poi"]):
+        v, lo, hi = p["value"], p["low"], p["high"]
+        axes[2].errorbar([v], [j], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="s",
+                         color="C0", capsize=4)
+    axes[2].set_yticks(range(len(agg["poi"])), [f"P({p['super']} > {p['baseline']})" for p in agg["poi"]],
+                       fontsize=7)
+    axes[2].axvline(0.5, color="grey", ls="--", lw=0.8)
+    axes[2].set_xlabel("probability of improvement (mean over envs)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle("across " + ", ".join(agg["envs"]))
+    fig.tight_layout()
+    png, svg = Path(out_dir) / f"{stem}.png", Path(out_dir) / f"{stem}.svg"
+    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png"))
+    atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg"))
+    plt.close(fig)
+    return png, svg
+
+
+def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1, n_resamples: int = 2000,
+           random: dict[str, float] | None = None, name: str | None = None) -> dict[str, Path]:
+    """Claim table and aggregate tables / figure for a set of runs, next to ``plotting.report``'s outputs.
+
+    Args:
+        random: random-policy return per env; None measures them (cached in ``out_dir/random_returns.json``).
+        name: file stem prefix (``<name>_claims.md``, ``<name>_aggregate.png``, ...).
+
+    Returns:
+        Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, and (when an env could be
+        normalized) aggregate_png, aggregate_svg.
+    """
+    out_dir = Path(out_dir)
+    prefix = f"{name}_" if name else ""
+    scores = scores_by_configuration(curves, last_fraction)
+    paths: dict[str, Path] = {}
+    paths["claims_csv"], paths["claims_md"] = write_claims(claim_table(scores, n_resamples), out_dir, f"{prefix}claims")
+    if random is None:
+        random = random_returns(curves, out_dir / "random_returns.json")
+    norm, info = normalize(scores, random)
+    agg = aggregate_metrics(norm, n_resamples=n_resamples)
+    paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
+    if agg["configurations"]:  # else the markdown says why no env could be normalized
+        paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate")
+    return paths

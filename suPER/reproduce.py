@@ -1,0 +1,225 @@
+"""``super-marl reproduce FIGURE``: one command from a figure's grid file to its figure and tables.
+
+The figure's grid (``FIGURES``) is expanded as ``grid run`` would, optionally scaled to a fraction F of the
+paper's budgets (``run.num_timesteps`` of ``experiments/envs/<env>.yaml``: pursuit 800k, battle 300k,
+adversarial pursuit 600k env steps) and optionally layered with another grid file's ``defaults`` /
+``env_defaults`` (``--layer experiments/smoke.yaml``: small maps, MLP nets, for checks). Before anything
+runs, the plan is printed: runs, env steps and an estimated wall time::
+
+    wall ~= sum over runs to do of (steps / throughput[env] + evaluations x episodes x horizon x EVAL_S_PER_STEP)
+            / parallel runs
+
+with ``throughput[env]`` the median training throughput (``env_steps_per_sec``) recorded in the finished run
+manifests under the output folder, else ``DEFAULT_THROUGHPUT`` (stated with its source), and ``parallel runs``
+= this machine's CPUs / CPUs per run (locally). The runs then go through the same code as ``grid run``
+(Ray Tune, ``campaigns.run_grid``) or, with ``--address``, ``grid submit`` (one job per run, waited for);
+finished runs are skipped and unfinished ones resume, so running the command again continues. It ends by
+drawing the figure, the final-performance table, the claim table and the aggregates (``analysis.report``)
+and the marl-eval JSON into ``OUT/figures/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suPER import config as C
+from suPER.campaigns.grid import Grid, GridRun, _load_raw, _merge, load_grid, parse_filter
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the paper: the grid file that makes it and whether the SUPER claims apply."""
+
+    name: str
+    grid: str
+    """grid file, relative to the repository root"""
+    claims: bool
+    """draw the claim table and the aggregates across envs (Figure 1); the sweep has one env and no baselines"""
+
+
+FIGURES = {
+    "fig1": Figure("fig1", "experiments/fig1.yaml", claims=True),
+    "bandwidth": Figure("bandwidth", "experiments/bandwidth_sweep.yaml", claims=False),
+}
+"""``reproduce FIGURE`` -> its grid."""
+
+DEFAULT_THROUGHPUT = {"pursuit": 51.0, "battle": 28.0, "adversarial_pursuit": 44.0}
+"""Training env steps/s per run when no finished run under OUT recorded one."""
+
+DEFAULT_THROUGHPUT_SOURCE = (
+    "default: pursuit 51 and battle 28 env steps/s measured 2026-12-01 on this project's 2-core machine, two runs "
+    "side by side, with `super-marl train --num-timesteps 3000`; adversarial pursuit 44 env steps/s from "
+    "docs/reproduce.md ('How long it takes', benchmarks/throughput.py)")
+
+EVAL_S_PER_STEP = 1.5 / 500
+"""Seconds per env step of a greedy evaluation episode (measured: about 1.5 s per 500-step episode,
+docs/reproduce.md)."""
+
+
+def paper_budget(env: str) -> int:
+    """The paper's training budget of ``env`` in env steps (``run.num_timesteps`` of its env YAML)."""
+    return int(C.load_env_defaults(env)["run"]["num_timesteps"])
+
+
+def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = None,
+                envs: Sequence[str] = (), layer: Path | None = None,
+                filters: Sequence[str] = ()) -> tuple[Grid, list[GridRun]]:
+    """The runs of a figure: its grid, scaled to ``fraction`` of the paper budgets and layered.
+
+    Args:
+        figure: key of ``FIGURES``.
+        fraction: budget per run = ``max(1, round(fraction * paper_budget(env)))``; None keeps the grid's.
+        seeds: seeds 1..N instead of the grid's.
+        envs: only these envs (all when empty).
+        layer: a grid file whose ``defaults`` and ``env_defaults`` go over every run (its entries are ignored).
+        filters: ``--filter`` selections as in ``grid run`` (``campaigns.grid.matches``).
+
+    Raises:
+        ConfigError: bad figure, fraction, seeds or env (one line naming the flag); GridError from the files.
+    """
+    if figure not in FIGURES:
+        raise C.ConfigError(f"FIGURE: expected one of {', '.join(FIGURES)}, got {figure!r}")
+    if fraction is not None and not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise C.ConfigError(f"--fraction: expected a number in (0, 1], got {fraction}")
+    if seeds is not None and seeds < 1:
+        raise C.ConfigError(f"--seeds: expected an integer >= 1, got {seeds}")
+    grid = load_grid(C.ROOT / FIGURES[figure].grid, seeds=seeds)
+    present = list(dict.fromkeys(r.env for r in grid.runs))
+    for e in envs:
+        if e not in present:
+            raise C.ConfigError(f"--env: expected one of {', '.join(present)}, got {e!r}")
+    defaults: dict[str, Any] = {}
+    env_defaults: dict[str, dict[str, Any]] = {}
+    if layer is not None:
+        if not Path(layer).is_file():
+            raise C.ConfigError(f"--layer: expected a grid file, got {str(layer)!r} (no such file)")
+        raw = _load_raw(Path(layer), ())
+        defaults, env_defaults = raw["defaults"], raw["env_defaults"]
+    runs: list[GridRun] = []
+    for f in filters:
+        parse_filter(f)  # unknown keys fail before anything is selected
+    for r in grid.select(filters):
+        if (envs and r.env not in envs) or r.pending:
+            continue
+        flags = _merge({**r.flags, "set": r.overrides}, defaults, env_defaults.get(r.env, {}))
+        overrides = dict(flags.pop("set", {}))
+        if fraction is not None:
+            flags["num_timesteps"] = max(1, round(fraction * paper_budget(r.env)))
+        runs.append(dataclasses.replace(r, flags=flags, overrides=overrides, _run_name=""))
+    return grid, runs
+
+
+def default_out(grid: Grid, fraction: float | None, layer: Path | None) -> Path:
+    """``runs/<grid name>`` at the grid's budgets, ``runs/<grid name>-f<F>[-<layer>]`` otherwise, so campaigns
+    of different budgets never share run folders."""
+    name = grid.name + (f"-f{fraction:g}" if fraction is not None else "") + (f"-{Path(layer).stem}" if layer else "")
+    return Path("runs") / name
+
+
+def measured_throughput(out: Path) -> dict[str, float]:
+    """Median training throughput per env of the finished runs under ``out`` (from their manifests)."""
+    from statistics import median
+
+    from suPER.runs import FINISHED
+
+    seen: dict[str, list[float]] = {}
+    for manifest in Path(out).glob("*/manifest.json") if Path(out).is_dir() else []:
+        try:
+            m = json.loads(manifest.read_text())
+            env = json.loads((manifest.parent / "config.json").read_text())["env"]["name"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if m.get("status") == FINISHED and m.get("env_steps_per_sec"):
+            seen.setdefault(env, []).append(float(m["env_steps_per_sec"]))
+    return {e: float(median(v)) for e, v in seen.items()}
+
+
+@dataclass
+class Estimate:
+    """The printed plan: runs, env steps and the estimated time."""
+
+    runs: int
+    todo: list[GridRun]
+    finished: int
+    env_steps: int
+    """env steps of the runs still to do (finished ones count 0)"""
+    run_seconds: float
+    """sum over runs to do of their estimated time, one run per CPU"""
+    parallel: int
+    throughput: dict[str, tuple[float, str]]
+    """env -> (env steps/s, where the number comes from)"""
+
+    @property
+    def wall_seconds(self) -> float:
+        """``run_seconds / parallel`` (the runs are many more than the cores)."""
+        return self.run_seconds / max(1, self.parallel)
+
+
+def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
+    """Sort runs into finished / to do (``campaigns.plan_runs``) and estimate the time of those to do."""
+    from suPER.campaigns import plan_runs
+
+    plan = plan_runs(runs, Path(out).resolve())
+    measured = measured_throughput(out)
+    throughput: dict[str, tuple[float, str]] = {}
+    steps = 0
+    seconds = 0.0
+    for r in plan.todo:
+        if r.env not in throughput:
+            throughput[r.env] = ((measured[r.env], f"median of the finished runs in {out}") if r.env in measured
+                                 else (DEFAULT_THROUGHPUT[r.env], "default"))
+        cfg = r.config()
+        n = cfg.run.num_timesteps
+        evals = n // cfg.run.resolved_eval_interval + 1  # the step-0 evaluation too
+        steps += n
+        seconds += n / throughput[r.env][0] + evals * cfg.run.eval_episodes * cfg.env.horizon * EVAL_S_PER_STEP
+    return Estimate(len(runs), plan.todo, len(plan.finished), steps, seconds, parallel, throughput)
+
+
+def describe(figure: str, est: Estimate, out: Path, where: str) -> str:
+    """The plan as printed before anything runs."""
+    def hours(s: float) -> str:
+        return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+    lines = [f"reproduce {figure}: {est.runs} runs ({est.finished} finished, {len(est.todo)} to run), "
+             f"{est.env_steps:,} env steps to train -> {out}"]
+    if est.todo:
+        lines.append(f"estimated wall time {where}: {hours(est.wall_seconds)} ({hours(est.run_seconds)} of runs, "
+                     f"{est.parallel} at a time; training plus evaluation episodes at {EVAL_S_PER_STEP * 500:.1f} s "
+                     f"per 500 steps)")
+        srcs = {src for _, src in est.throughput.values()}
+        lines.append("throughput: " + ", ".join(f"{e} {v:.0f} env steps/s" for e, (v, _) in est.throughput.items())
+                     + " (" + "; ".join(DEFAULT_THROUGHPUT_SOURCE if s == "default" else s for s in sorted(srcs)) + ")")
+    return "\n".join(lines)
+
+
+def draw(figure: str, out: Path, n_resamples: int = 2000) -> dict[str, Path]:
+    """Figure, final-performance table, (claims and aggregates) and marl-eval JSON into ``out/figures``."""
+    from suPER import analysis, export, plotting
+
+    curves = plotting.load_run_curves(plotting.find_run_folders([out]))
+    figures = Path(out) / "figures"
+    paths = plotting.report(curves, figures, title=f"{figure} ({Path(out).name})", name=figure,
+                            n_resamples=n_resamples)
+    if FIGURES[figure].claims:
+        paths.update(analysis.report(curves, figures, n_resamples=n_resamples, name=figure))
+    paths["marl_eval"] = export.write_marl_eval(curves, figures / f"{figure}_marl_eval.json")
+    return paths
+
+
+def local_parallel(cpus_per_trial: float) -> int:
+    """Runs Ray Tune keeps side by side here: CPUs / CPUs per run."""
+    return max(1, int((os.cpu_count() or 1) // max(cpus_per_trial, 1e-9)))
+
+
+def cluster_plan(grid: Grid, runs: Sequence[GridRun], out: str, cpus: float) -> Any:
+    """The ``grid submit`` jobs (one per run) of the figure's runs."""
+    from suPER.campaigns import plan_jobs
+
+    return plan_jobs(grid, runs, out, per="run", cpus=cpus)

@@ -1,0 +1,203 @@
+"""Claim table, env-aggregated metrics and the marl-eval export, on synthetic runs with known answers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suPER import analysis as A
+from suPER import config as C
+from suPER import export as X
+from suPER import plotting as P
+
+SMALL_PURSUIT = {"env.horizon": 60, "env.kwargs.x_size": 10, "env.kwargs.y_size": 10, "env.kwargs.n_evaders": 10,
+                 "env.kwargs.max_cycles": 60}
+"""The smoke grid's pursuit: a random-policy episode takes milliseconds."""
+
+CONFIGS = {  # label -> named overrides
+    "ddqn": {},
+    "ddqn_super_quantile": {"relay.enabled": True, "relay.mode": "quantile"},
+    "ddqn_super_gaussian [shareall]": {"relay.enabled": True, "relay.mode": "gaussian", "relay.bandwidth": 1.0,
+                                       "run.tag": "shareall"},
+    "ddqn_ps": {"dqn.parameter_sharing": True},
+}
+
+
+def fake_run(root: Path, label: str, seed: int, values: list[float], interval: int = 100) -> Path:
+    """A finished run folder of configuration ``label`` on small pursuit (config, manifest, metrics; no training)."""
+    cfg = C.resolve("pursuit", "ddqn", named={**SMALL_PURSUIT, **CONFIGS[label], "run.seed": seed})
+    folder = root / cfg.run_name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with (folder / "metrics.csv").open("w") as f:
+        f.write("env_steps,team_return_mean,wall_time_s\n")
+        for i, v in enumerate(values):
+            f.write(f"{i * interval},{v!r},{1.5 * i + 0.25 * seed!r}\n")
+    (folder / "manifest.json").write_text(json.dumps({"status": "finished", "seed": seed}))
+    return folder
+
+
+def curve(env: str, label: str, seed: int, values: np.ndarray) -> P.RunCurve:
+    return P.RunCurve(env, label, seed, np.arange(len(values)) * 100.0, np.asarray(values, float), f"{env}/{label}/{seed}")
+
+
+# --------------------------------------------------------------------------------------------------
+# statistics with known answers
+
+
+def test_a_configuration_better_by_a_fixed_margin_in_every_run_holds() -> None:
+    base = 10.0 + 0.1 * np.arange(5)  # spread 0.4 < margin
+    scores = {"pursuit": {"ddqn": base, "ddqn_super_quantile": base + 5.0}}
+    (row,) = A.claim_table(scores, n_resamples=500)
+    assert row["claim"] == "SUPER-quantile - no sharing" and row["super_runs"] == row["baseline_runs"] == 5
+    assert row["iqm_difference"] == pytest.approx(5.0, abs=1e-12)  # IQM is translation-equivariant
+    # a resample of each side moves each IQM by at most the spread (0.4)
+    assert 5.0 - 0.4 - 1e-9 <= row["ci_low"] <= 5.0 <= row["ci_high"] <= 5.0 + 0.4 + 1e-9
+    assert row["probability_of_improvement"] == row["poi_ci_low"] == row["poi_ci_high"] == 1.0
+    assert row["verdict"] == A.HOLDS
+    (rev,) = A.claim_table({"pursuit": {"ddqn": base + 5.0, "ddqn_super_quantile": base}}, n_resamples=500)
+    assert rev["iqm_difference"] == pytest.approx(-5.0, abs=1e-12) and rev["ci_high"] < 0
+    assert rev["probability_of_improvement"] == 0.0 and rev["verdict"] == A.FAILS
+
+
+def test_identical_configurations_give_a_ci_containing_zero_and_poi_near_half() -> None:
+    rng = np.random.default_rng(7)
+    same = rng.normal(3.0, 1.0, 12)
+    (row,) = A.claim_table({"battle": {"ddqn": same, "ddqn_super_quantile": same.copy()}}, n_resamples=1000)
+    assert row["iqm_difference"] == 0.0 and row["ci_low"] < 0 < row["ci_high"]
+    assert row["probability_of_improvement"] == 0.5  # every pair (i, j) has its mirror (j, i); ties count half
+    assert row["poi_ci_low"] < 0.5 < row["poi_ci_high"] and row["verdict"] == A.INCONCLUSIVE
+    # two independent draws of one distribution: P(X > Y) within ~2 standard errors of 0.5
+    x, y = rng.normal(0, 1, 20), rng.normal(0, 1, 20)
+    se = np.sqrt((20 + 20 + 1) / (12 * 20 * 20))  # Mann-Whitney AUC standard error under H0
+    assert abs(float(A.probability_of_improvement(x, y)) - 0.5) < 2.5 * se
+
+
+def test_probability_of_improvement_counts_pairs_and_ties() -> None:
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0])
+    # pairs: (1,2)x2 lose, (2,2)x2 tie, (3,2)x2 win -> (2 + 0.5 * 2) / 6
+    assert float(A.probability_of_improvement(x, y)) == pytest.approx(0.5)
+    assert float(A.probability_of_improvement(np.array([3.0]), y)) == 1.0
+
+
+def test_single_runs_give_no_ci_and_an_inconclusive_verdict() -> None:
+    (row,) = A.claim_table({"pursuit": {"ddqn": np.array([1.0]), "ddqn_super_quantile": np.array([9.0])}})
+    assert row["iqm_difference"] == 8.0 and np.isnan(row["ci_low"]) and row["verdict"] == A.INCONCLUSIVE
+
+
+def test_normalization_aggregates_and_profiles() -> None:
+    rng = np.random.default_rng(3)
+    spread = {e: rng.uniform(-0.05, 0.05, 6) for e in ("pursuit", "battle")}
+    scale = {"pursuit": (-100.0, 300.0), "battle": (2.0, 12.0)}  # (random return, best - random)
+    scores = {}
+    for e, (r, span) in scale.items():  # normalized: no sharing 0.5, SUPER 1.0 (the best), share-all 0.2
+        scores[e] = {lab: r + span * (lvl + spread[e]) for lab, lvl in
+                     (("ddqn", 0.5), ("ddqn_super_quantile", 1.0), ("ddqn_super_gaussian [shareall]", 0.2))}
+        scores[e]["ddqn_ps"] = r + span * (0.7 + spread[e][:3])  # fewer runs: strata of unequal size
+    random = {e: r for e, (r, _) in scale.items()}
+    norm, info = A.normalize(scores, random)
+    assert info["pursuit"]["best_configuration"] == "ddqn_super_quantile" and info["battle"]["used"]
+    for e in scale:
+        np.testing.assert_allclose(norm[e]["ddqn_super_quantile"].mean(), 1.0, atol=1e-12)
+        # best = r + span * (1 + mean spread): ddqn's (0.5 + spread) span over it
+        np.testing.assert_allclose(norm[e]["ddqn"], (0.5 + spread[e]) / (1 + spread[e].mean()), atol=1e-12)
+    agg = A.aggregate_metrics(norm, n_resamples=500)
+    assert agg["configurations"] == sorted(CONFIGS)
+    for lab, lvl in (("ddqn", 0.5), ("ddqn_super_quantile", 1.0), ("ddqn_super_gaussian [shareall]", 0.2)):
+        v, lo, hi = agg["iqm"][lab]
+        assert lo <= v <= hi and abs(v - lvl) < 0.06 and hi - lo < 0.11  # within the +-0.05 spread (+ shift)
+    frac, lo, hi = agg["profiles"]["ddqn"]
+    assert frac[A.TAUS < 0.4].min() == 1.0 and frac[A.TAUS > 0.6].max() == 0.0
+    assert (np.diff(frac) <= 0).all() and (lo <= frac + 1e-12).all() and (frac <= hi + 1e-12).all()
+    poi = {p["baseline"]: p for p in agg["poi"]}
+    assert set(poi) == {"ddqn", "ddqn_super_gaussian [shareall]", "ddqn_ps"}
+    assert all(p["value"] == p["low"] == p["high"] == 1.0 for p in poi.values())
+    # an env whose best configuration does not beat random is left out, and said so
+    norm2, info2 = A.normalize({"pursuit": {"ddqn": np.array([1.0, 2.0])}}, {"pursuit": 5.0})
+    assert norm2 == {} and not info2["pursuit"]["used"] and "beats" in info2["pursuit"]["why"]
+
+
+# --------------------------------------------------------------------------------------------------
+# run folders: plot --analysis (random returns measured once, cached) and the marl-eval export
+
+
+def small_campaign(root: Path) -> dict[str, list[float]]:
+    """4 configurations x 3 seeds of 10 evaluations; SUPER ends 50 above everything else."""
+    values: dict[str, list[float]] = {}
+    for label, final in (("ddqn", 0.0), ("ddqn_super_quantile", 50.0), ("ddqn_super_gaussian [shareall]", -5.0),
+                         ("ddqn_ps", 3.0)):
+        for seed in (1, 2, 3):
+            vals = [-20.0 + t + 0.5 * seed for t in range(9)] + [final + seed]
+            fake_run(root, label, seed, vals)
+            values[f"{label}/{seed}"] = vals
+    return values
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(C.ROOT))
+    return subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def test_plot_analysis_and_marl_eval_export_round_trip(tmp_path: Path) -> None:
+    root = tmp_path / "campaign"
+    small_campaign(root)
+    out = tmp_path / "figs"
+    res = run_cli("plot", str(root), "--out", str(out), "--analysis", "--marl-eval", str(tmp_path / "me.json"),
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    with (out / "claims.csv").open() as f:
+        claims = {r["claim"]: r for r in csv.DictReader(f)}
+    assert set(claims) == {c for c, _, _ in A.CLAIMS}
+    assert all(r["verdict"] == A.HOLDS for r in claims.values())
+    # final score = the last 10% = the last of 10 evaluations: SUPER 50 + seed, no sharing 0 + seed
+    assert float(claims["SUPER-quantile - no sharing"]["iqm_difference"]) == pytest.approx(50.0, rel=1e-6)
+    assert float(claims["SUPER-quantile - parameter sharing"]["iqm_difference"]) == pytest.approx(47.0, rel=1e-6)
+    cache = json.loads((out / "random_returns.json").read_text())
+    (entry,) = cache.values()
+    assert entry["env"] == "pursuit" and entry["env_config"]["kwargs"]["x_size"] == 10
+    for f in ("aggregate.png", "aggregate.svg", "aggregate.md", "claims.md", "final_performance.md"):
+        assert (out / f).stat().st_size > 0
+    assert "ddqn_super_quantile" in (out / "aggregate.md").read_text()
+    # the cached random return is reused: a cache entry with a marked value shows up in the aggregate table
+    entry["random_team_return"] = -123.25
+    (out / "random_returns.json").write_text(json.dumps(cache))
+    res = run_cli("plot", str(root), "--out", str(out), "--analysis", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "| pursuit | -123.25 |" in (out / "aggregate.md").read_text()
+
+    # marl-eval layout: env -> task -> algorithm -> seed_k -> step_i / absolute_metrics, numbers of metrics.csv
+    data = json.loads((tmp_path / "me.json").read_text())
+    assert list(data) == [X.ENV_NAME] and list(data[X.ENV_NAME]) == ["pursuit"]
+    algos = data[X.ENV_NAME]["pursuit"]
+    assert set(algos) == set(CONFIGS)
+    for folder in P.find_run_folders([root]):
+        cfg = json.loads((folder / "config.json").read_text())
+        run = algos[P.configuration_label(cfg)][f"seed_{cfg['run']['seed']}"]
+        with (folder / "metrics.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        assert sorted(run) == sorted([f"step_{i}" for i in range(len(rows))] + ["absolute_metrics"])
+        for i, row in enumerate(rows):
+            step = run[f"step_{i}"]
+            assert step["step_count"] == int(row["env_steps"])
+            assert step[X.METRIC] == [float(row["team_return_mean"])]  # exact: repr-written floats round-trip
+            assert step["elapsed_time"] == float(row["wall_time_s"])
+        assert run["absolute_metrics"][X.METRIC] == [float(rows[-1]["team_return_mean"])]
+
+
+def test_marl_eval_rejects_commas_and_unwritable_paths(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="comma"):
+        X.marl_eval_data([curve("pursuit", "a,b", 1, np.zeros(3))])
+    root = tmp_path / "c"
+    fake_run(root, "ddqn", 1, [0.0, 1.0])
+    (tmp_path / "file").write_text("")
+    res = run_cli("plot", str(root), "--marl-eval", str(tmp_path / "file" / "x.json"), cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: --marl-eval: ")
