@@ -744,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
         argv, notes = translate_paper_args(argv)
         for n in notes:
             print(n, file=sys.stderr)
-        app(args=argv, prog_name="super-marl", standalone_mode=False)
+        code = app(args=argv, prog_name="super-marl", standalone_mode=False)
+        if isinstance(code, int):  # typer returns a command's typer.Exit(code) (Ctrl-C: 130) instead of raising it
+            return code
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
