@@ -412,3 +412,40 @@ def test_num_seeds_rerun_skips_finished_seeds_and_resumes_the_rest(finished: Pat
     assert f"{RUN}: already finished" in outcome.stdout and "resuming" in outcome.stderr
     assert_unchanged(before, finished / RUN, allow_new=False)
     assert steps(seed2) == ALL_ROWS and manifest(seed2)["status"] == "finished" and len(manifest(seed2)["resumed"]) == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# grid run: the same refusal, before Ray starts
+
+GRID = """
+name: tiny
+seeds: 1
+defaults:
+  num_timesteps: 120
+  eval_interval: 40
+  eval_episodes: 1
+  model: mlp
+  set: {env.horizon: 30, dqn.learning_starts: 40, dqn.buffer_size: 500, dqn.hiddens: 16,
+        env.kwargs.x_size: 8, env.kwargs.y_size: 8, env.kwargs.n_evaders: 5, env.kwargs.n_pursuers: 4}
+runs:
+  - {name: plain, env: pursuit, algo: ddqn}
+"""
+
+
+@pytest.mark.parametrize("manifest_text", [None, "{oops"], ids=["missing", "invalid-json"])
+def test_grid_run_refuses_a_folder_whose_manifest_cannot_be_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 manifest_text: str | None) -> None:
+    from suPER import campaigns
+
+    grid_file = tmp_path / "tiny.yaml"
+    grid_file.write_text(GRID)
+    out = tmp_path / "campaign"
+    run_dir = out / campaigns.load_grid(grid_file).runs[0].run_name
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.csv").write_text("env_steps,team_return_mean\n0,-1.5\n")
+    if manifest_text is not None:
+        (run_dir / "manifest.json").write_text(manifest_text)
+    before = snapshot(tmp_path)
+    outcome = run_cli(["grid", "run", str(grid_file), "--out", str(out)], capsys)
+    assert_refused(outcome, 2, str(run_dir / "manifest.json"))
+    assert_unchanged(before, tmp_path, allow_new=False)

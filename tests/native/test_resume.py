@@ -251,3 +251,23 @@ def test_replay_and_rng_state_round_trip_through_a_weights_only_checkpoint(tmp_p
     a, b = buf.sample(8), other.sample(8)
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.obs, b.obs)
+
+
+@pytest.mark.parametrize("where", ["on_start", "trainer"])
+def test_any_exception_leaves_the_manifest_failed_never_running(tmp_path: Path, where: str) -> None:
+    """An exception before the trainer's first step (a W&B start, the caller's start hook) or inside it ends
+    with the manifest ``failed`` and the lock released, so the next run resumes or restarts."""
+    cfg = resolve(tmp_path, 300)
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        if where == "on_start":
+            campaigns.execute(cfg, on_start=boom)
+        else:
+            campaigns.execute(cfg, progress=boom)
+    run_dir = tmp_path / cfg.run_name
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
+    assert not (run_dir / ".writer.lock").exists()
+    assert campaigns.execute(cfg).env_steps == 300 and rows(run_dir) == [0, 100, 200, 300]
