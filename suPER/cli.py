@@ -205,7 +205,7 @@ def train(
             from suPER.opponents import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
-        if skip_finished and not overwrite:
+        if (skip_finished or num_seeds > 1) and not overwrite:  # several seeds: rerun after a crash = resume the rest
             from suPER.runs import FINISHED, RunFolder
 
             if RunFolder(Path(cfg.run.out) / cfg.run_name).status() == FINISHED:
@@ -261,9 +261,15 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
         if update[0] is not None:
             update[0](env_steps, stats)
 
+    from suPER.runs import RunFailure
+
     try:
         summary = campaigns.execute(cfg, overwrite=overwrite, backend=backend, progress=on_progress,
                                     on_start=on_start)
+    except RunFailure as exc:  # disk full and the like: one line, exit 1, the folder is resumable
+        bar.__exit__()
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
     finally:
         bar.__exit__()
     print(f"final team return {summary.final_team_return:.3f} after {summary.env_steps} env steps "
@@ -894,7 +900,9 @@ def main(argv: list[str] | None = None) -> int:
         argv, notes = translate_paper_args(argv)
         for n in notes:
             print(n, file=sys.stderr)
-        app(args=argv, prog_name="super-marl", standalone_mode=False)
+        code = app(args=argv, prog_name="super-marl", standalone_mode=False)
+        if isinstance(code, int):  # typer returns a command's typer.Exit(code) (Ctrl-C: 130) instead of raising it
+            return code
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:

@@ -27,14 +27,17 @@ writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of 
 time excluded), ``wall_time_s`` and whatever the trainer adds.
 
 Checkpoints: ``save(state)`` writes ``checkpoints/latest.pt`` atomically with the trainer's state plus
-the loop's counters, torch's RNG and bookkeeping; ``restore()`` reads it back when the folder holds one
-(``suPER.campaigns.execute`` deletes it for fresh starts), drops metrics rows logged after it and
-returns the trainer's part. Env states are not saved (see docs/decisions.md): after a resume the
+the loop's counters, torch's RNG, bookkeeping and a copy of the metrics rows written so far;
+``restore()`` reads it back when the folder holds one (``suPER.campaigns.execute`` checks it with
+``read_checkpoint`` first and deletes it for fresh starts), makes metrics.csv exactly the checkpoint's
+copy of the rows (a deleted file or a row cut by a crash comes back; rows logged after the checkpoint
+go, they are logged again) and returns the trainer's part. Env states are not saved (see docs/decisions.md): after a resume the
 training envs restart from seeds derived from (seed, env_steps).
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections import deque
 from collections.abc import Callable
@@ -53,14 +56,74 @@ from suPER.runs import (
     Logger,
     NoLogger,
     RunFolder,
+    RunFolderError,
     Summary,
     atomic_write_bytes,
     namespaced_metrics,
     seed_everything,
 )
 
-LOOP_CHECKPOINT_VERSION = 1
-"""Format version of the ``latest.pt`` files ``RunLoop.save`` writes; another version is refused on resume."""
+LOOP_CHECKPOINT_VERSION = 2
+"""Format version of the ``latest.pt`` files ``RunLoop.save`` writes (2: with a copy of the metrics rows)."""
+
+READABLE_CHECKPOINT_VERSIONS = (1, 2)
+"""Versions ``restore`` continues from; version 1 has no copy of the metrics rows (metrics.csv is checked instead)."""
+
+RESTART_HINT = "pass --overwrite to restart the run from scratch (this discards its metrics.csv and checkpoints)"
+"""What to do about an unfinished run that cannot be continued."""
+
+
+def torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` through a Python file object: a full disk then raises OSError (ENOSPC) naming the file,
+    where torch's own path writer raises an opaque RuntimeError."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def read_checkpoint(path: Path, cfg: ExperimentConfig, mmap: bool = False) -> dict[str, Any]:
+    """Load a ``latest.pt`` and check it can continue ``cfg``: format version, configuration, loop counters.
+
+    Args:
+        path: the checkpoint.
+        cfg: the run's config.
+        mmap: map the file instead of reading it (a cheap check: the tensors' bytes are not read).
+
+    Raises:
+        RunFolderError: empty, truncated or damaged, not a checkpoint (e.g. objects a weights-only load
+            refuses to build), another format version, another configuration.
+    """
+    def refuse(why: str) -> RunFolderError:
+        return RunFolderError(f"{path}: {why}; {RESTART_HINT}")
+
+    try:
+        if path.stat().st_size == 0:
+            raise refuse("expected a checkpoint, got an empty file")
+        raw = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except RunFolderError:
+        raise
+    except pickle.UnpicklingError:
+        raise refuse("expected a checkpoint, got a file with objects a checkpoint never holds (not loaded)") from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, TypeError, AttributeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise refuse(f"expected a checkpoint, got a truncated or damaged file ({first})") from None
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), dict) for k in ("config", "loop")):
+        raise refuse("expected a checkpoint written by this suite, got another kind of file")
+    if raw.get("version") not in READABLE_CHECKPOINT_VERSIONS:
+        raise refuse(f"expected checkpoint format {' or '.join(map(str, READABLE_CHECKPOINT_VERSIONS))}, got "
+                     f"{raw.get('version')!r}")
+    if without_volatile(raw["config"]) != without_volatile(cfg.to_dict()):
+        raise RunFolderError(f"{path}: was written by a different configuration; pass --overwrite to start the run "
+                             f"over, or use another --tag")
+    try:
+        int(raw["loop"]["env_steps"])
+        record = raw.get("metrics")
+        if record is not None:
+            columns = list(record["columns"])
+            if "env_steps" not in columns or any(len(r) != len(columns) for r in record["rows"]):
+                raise ValueError("metrics record")
+    except (KeyError, TypeError, ValueError):
+        raise refuse("expected a checkpoint written by this suite, got one with damaged counters") from None
+    return raw
 
 ProgressFn = Callable[[int, dict[str, float]], None]
 """Called after every iteration with (env_steps, latest stats) - the CLI draws its progress bar with it."""
@@ -236,10 +299,11 @@ class RunLoop:
             "loop": {"env_steps": self.env_steps, "next_eval": self.next_eval, "train_returns": list(self.train_returns),
                      "last_eval": self.last_eval, "timings": dict(self.timer.total),
                      "elapsed_s": time.perf_counter() - self.t_start, "torch_rng": torch.get_rng_state()},
+            "metrics": self.metrics.record(),  # metrics.csv up to here: a resume restores it exactly
             "trainer": trainer_state,
         }
         with self.timer("checkpoint"):
-            atomic_write_bytes(self.latest, lambda p: torch.save(to_torch(state), p))
+            atomic_write_bytes(self.latest, lambda p: torch_save(to_torch(state), p))
         self.checkpoint_due = False
 
     def restore(self) -> dict[str, Any] | None:
@@ -248,17 +312,11 @@ class RunLoop:
         Arrays come back as tensors (``load_state_dict`` takes them; use ``to_numpy`` for numpy state).
 
         Raises:
-            ValueError: the checkpoint has another format version or another configuration.
+            RunFolderError: the checkpoint cannot be read, has another format version or another configuration.
         """
         if not self.latest.exists():
             return None
-        raw = torch.load(self.latest, map_location="cpu", weights_only=True)
-        if raw.get("version") != LOOP_CHECKPOINT_VERSION:
-            raise ValueError(f"--out: {self.latest} has checkpoint format {raw.get('version')!r}, expected "
-                             f"{LOOP_CHECKPOINT_VERSION}; pass --overwrite to start the run over")
-        if without_volatile(raw["config"]) != without_volatile(self.cfg.to_dict()):
-            raise ValueError(f"--out: {self.latest} was written by a different configuration; pass --overwrite "
-                             f"to start the run over, or use another --tag")
+        raw = read_checkpoint(self.latest, self.cfg)
         loop = raw["loop"]
         self.env_steps, self.next_eval = int(loop["env_steps"]), int(loop["next_eval"])
         self.train_returns.extend(float(x) for x in loop["train_returns"])
@@ -266,7 +324,10 @@ class RunLoop:
         self.timer.total.update(loop["timings"])
         self.t_start -= float(loop["elapsed_s"])
         torch.set_rng_state(loop["torch_rng"])
-        self.metrics.truncate_after(self.env_steps)  # rows logged after the checkpoint are logged again
+        if raw.get("metrics") is not None:
+            self.metrics.restore(raw["metrics"])  # exactly the rows up to the checkpoint
+        else:  # format 1: execute checked metrics.csv; rows logged after the checkpoint are logged again
+            self.metrics.truncate_after(self.env_steps)
         self.eval_env.reset(seed=self.eval_seed + self.env_steps)
         self._resumed = True
         return raw["trainer"]
@@ -284,7 +345,7 @@ class RunLoop:
         if self.last_eval.get("env_steps") != self.env_steps:
             self.evaluate(act, extra, on_reset)
         state = {**final_state, "env_steps": self.env_steps, "config": self.cfg.to_dict()}
-        atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch.save(to_torch(state), p))
+        atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch_save(to_torch(state), p))
         for env in [*self.envs, self.eval_env]:
             env.close()
         wall = time.perf_counter() - self.t_start

@@ -9,12 +9,17 @@ A run writes everything about itself to ``OUT/<run-name>/``::
     checkpoints/    trainer checkpoints
 
 Every file is written atomically (write to a temp file in the same folder, fsync, rename), so a
-killed run never leaves a half-written file. Trainers take a ``Logger`` and never import wandb.
+killed run never leaves a half-written file; the temp files a killed writer leaves behind are removed by
+the next writer (``RunFolder.remove_stale_temp_files``). One process at a time writes a folder: it holds
+``RunFolder.lock()`` (``fcntl.flock`` on ``.writer.lock``, which the kernel releases when the holder dies,
+even by SIGKILL, so a crash never leaves the folder stuck). Trainers take a ``Logger`` and never import wandb.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
 import json
 import os
@@ -44,15 +49,37 @@ INTERRUPTED = "interrupted"
 
 
 class RunFolderError(ValueError):
-    """The output folder cannot be used (unwritable, or already holds a finished run)."""
+    """The output folder cannot be used as asked (unwritable, a finished run, a damaged file, another writer):
+    bad input, one line, exit 2, nothing changed."""
+
+
+class RunFailure(RuntimeError):
+    """A run stopped for an outside reason (disk full, I/O error): one line, exit 1. The folder stays
+    resumable: the atomic writes keep every file whole and the last checkpoint stands."""
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``"runs/x/checkpoints/latest.pt: No space left on device"`` for the one-line message of a failed write."""
+    what = exc.strerror or str(exc)
+    hint = " (free some space)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{exc.filename}: {what}{hint}" if exc.filename else f"{what}{hint}"
 
 
 # --------------------------------------------------------------------------------------------------
 # atomic files
 
 
+TEMP_PREFIXES = ("config.json", "manifest.json", "metrics.csv", "curve.png", "latest.pt", "final.pt")
+"""Files of a run folder written by the atomic writers; their temp files are ``.<name>.<random><suffix>``."""
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half."""
+    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half.
+
+    Raises:
+        OSError: the write failed (e.g. disk full); ``filename`` is ``path`` (not the temp file), the old
+            file is untouched and the temp file removed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -62,9 +89,16 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from None
         raise
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The same error, naming the destination: the user knows ``latest.pt``, not ``.latest.pt.k2j4x9.pt``."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path)) if exc.errno else exc
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -73,16 +107,28 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 
 def atomic_write_bytes(path: Path, writer: Any) -> None:
-    """Atomically write a file produced by ``writer(file_path)`` (e.g. torch.save, savefig)."""
+    """Atomically write a file produced by ``writer(file_path)`` (e.g. torch.save, savefig), fsynced before the
+    rename so that a crash of the machine cannot leave an empty file under the final name.
+
+    Raises:
+        OSError: as :func:`atomic_write_text`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
     try:
         writer(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from None
         raise
 
 
@@ -133,23 +179,158 @@ class RunFolder:
         """Checkpoint folder."""
         return self.path / "checkpoints"
 
+    @property
+    def lock_file(self) -> Path:
+        """Held (flock) by the one process writing the folder; holds its pid, host and start time."""
+        return self.path / ".writer.lock"
+
     def read_manifest(self) -> dict[str, Any]:
-        """The manifest, or {} when there is none yet."""
+        """The manifest, or {} when there is none yet (or it cannot be read: see ``checked_manifest``)."""
         try:
             return dict(json.loads(self.manifest.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             return {}
 
     def status(self) -> str | None:
         """``finished`` / ``running`` / ``failed`` / ``interrupted``, or None for a fresh folder."""
         return self.read_manifest().get("status")
 
+    def data_files(self) -> list[str]:
+        """The files (relative to the folder) that make it hold a run: config, metrics, checkpoints."""
+        names = ["config.json", "metrics.csv", "checkpoints/latest.pt", "checkpoints/final.pt",
+                 "checkpoints/rllib_final"]
+        return [n for n in names if (self.path / n).exists()]
+
+    def checked_manifest(self) -> dict[str, Any] | None:
+        """The manifest, None for a fresh folder; refuses a folder whose run cannot be told.
+
+        Why: without a readable manifest a finished run looks fresh, and starting it again would replace
+        its metrics.csv and final.pt.
+
+        Raises:
+            RunFolderError: manifest.json exists but is not a JSON object with a status, or it is missing
+                while the folder holds config.json, metrics.csv or a checkpoint.
+        """
+        fix = f"repair or move it aside, or pass --overwrite to start {self.path} over"
+        if not self.manifest.exists():
+            held = self.data_files()
+            if held:
+                raise RunFolderError(f"{self.manifest}: missing, but the folder holds {', '.join(held)} (a run whose "
+                                     f"status cannot be told); restore manifest.json, or pass --overwrite to start "
+                                     f"{self.path} over")
+            return None
+        try:
+            data = json.loads(self.manifest.read_text())
+        except UnicodeDecodeError:
+            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got undecodable bytes; {fix}") from None
+        except ValueError as exc:
+            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got invalid JSON ({exc}); {fix}") from None
+        except OSError as exc:
+            raise RunFolderError(f"{self.manifest}: cannot be read ({exc.strerror}); {fix}") from None
+        if not isinstance(data, dict) or data.get("status") not in (FINISHED, RUNNING, FAILED, INTERRUPTED):
+            got = f"status {data.get('status')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+            raise RunFolderError(f"{self.manifest}: expected a manifest with status finished, running, failed or "
+                                 f"interrupted, got {got}; {fix}")
+        return data
+
+    def lock(self) -> FolderLock:
+        """Take the writer lock of this folder (see :class:`FolderLock`); the folder must exist."""
+        return FolderLock(self)
+
+    def remove_stale_temp_files(self) -> tuple[int, int]:
+        """Delete the temp files killed writers left (``.latest.pt.*`` and the like); call only holding ``lock()``.
+
+        Returns:
+            (number of files, bytes) removed.
+        """
+        count = size = 0
+        for where in (self.path, self.checkpoints):
+            if not where.is_dir():
+                continue
+            for p in where.iterdir():
+                if p.is_file() and any(p.name.startswith(f".{name}.") for name in TEMP_PREFIXES):
+                    size += p.stat().st_size
+                    p.unlink(missing_ok=True)
+                    count += 1
+        return count, size
+
+
+class FolderLock:
+    """The writer lock of a run folder: ``fcntl.flock`` on ``.writer.lock``.
+
+    Why flock: the kernel drops it when the holder's process ends in any way (SIGKILL included), so a
+    crashed writer never leaves a folder stuck, and a second writer (the same command started twice, a job
+    resubmitted while the first still runs) is refused at once instead of mixing its files with the first.
+    The file is removed on release (by the holder, while holding it); ``acquire`` checks that the file it
+    locked is still the one on disk, so a file removed in between is never trusted.
+    """
+
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self.fd: int | None = None
+
+    def acquire(self) -> FolderLock:
+        """Take the lock or refuse.
+
+        Raises:
+            RunFolderError: another live process holds it (its pid and host in the message).
+        """
+        path = self.folder.lock_file
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunFolderError(
+                    f"--out: {self.folder.path} is being written by another process ({holder}); wait for it to "
+                    f"finish or stop it, or use another --out or --tag") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the previous holder removed the file after we opened it: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode())
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (idempotent)."""
+        if self.fd is None:
+            return
+        try:
+            self.folder.lock_file.unlink(missing_ok=True)
+        except OSError:
+            pass  # an unremovable lock file is harmless: the next writer locks it again
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire() if self.fd is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
+
 
 def prepare_run_folder(out: str | Path, name: str, overwrite: bool = False) -> RunFolder:
     """Create (or reuse) ``out/name`` after checking it is safe to write there.
 
-    Raises RunFolderError when ``out`` is not writable or the folder already holds a finished run
-    (unless ``overwrite``); nothing existing is touched in that case.
+    Raises RunFolderError when ``out`` is not writable, the folder already holds a finished run or its
+    manifest cannot be read (unless ``overwrite``); nothing existing is touched in that case. Callers that
+    write the folder then take ``folder.lock()`` and check again under the lock.
     """
     out = Path(out)
     try:
@@ -159,7 +340,7 @@ def prepare_run_folder(out: str | Path, name: str, overwrite: bool = False) -> R
     if not os.access(out, os.W_OK | os.X_OK):
         raise RunFolderError(f"--out: folder {out} is not writable")
     folder = RunFolder(out / name)
-    if folder.status() == FINISHED and not overwrite:
+    if not overwrite and (folder.checked_manifest() or {}).get("status") == FINISHED:
         raise RunFolderError(
             f"--out: {folder.path} already holds a finished run; choose another --out or --tag, or pass --overwrite")
     folder.path.mkdir(parents=True, exist_ok=True)
@@ -355,24 +536,30 @@ class CSVMetrics:
     """``metrics.csv``: one row per evaluation; rewritten atomically on each append.
 
     Columns are those of the first row, extended by any new key a later row brings (earlier rows leave
-    it empty; e.g. ``loss`` appears once learning starts). Existing rows are loaded on construction so
-    a resumed run appends.
+    it empty; e.g. ``loss`` appears once learning starts). Rows are kept as the strings written to the
+    file, so ``record()`` (which checkpoints store) restores the file byte for byte. Existing rows are
+    loaded on construction so a resumed run appends; a file that cannot be read loads as empty with
+    ``load_error`` set (resuming then restores it from the checkpoint's record).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.columns: list[str] = []
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, str]] = []
+        self.load_error: str | None = None
         if self.path.exists():
-            with self.path.open() as f:
-                reader = csv.DictReader(f)
-                self.columns = list(reader.fieldnames or [])
-                self.rows = list(reader)
+            try:
+                with self.path.open(newline="") as f:
+                    reader = csv.DictReader(f)
+                    self.columns = list(reader.fieldnames or [])
+                    self.rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
+            except (OSError, UnicodeDecodeError, csv.Error) as exc:
+                self.columns, self.rows, self.load_error = [], [], str(exc)
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Add one row and rewrite the file atomically."""
         self.columns += [k for k in row if k not in self.columns]
-        self.rows.append(dict(row))
+        self.rows.append({k: _cell(v) for k, v in row.items()})
         self._write()
 
     def _write(self) -> None:
@@ -380,8 +567,28 @@ class CSVMetrics:
         writer = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore")
         writer.writeheader()
         for r in self.rows:
-            writer.writerow({k: _fmt(r.get(k, "")) for k in self.columns})
+            writer.writerow({k: r.get(k) or "" for k in self.columns})
         atomic_write_text(self.path, buf.getvalue())
+
+    def record(self) -> dict[str, Any]:
+        """The rows so far as checkpoints store them: ``{"columns": [...], "rows": [[cell, ...], ...]}``."""
+        return {"columns": list(self.columns), "rows": [[r.get(k) or "" for k in self.columns] for r in self.rows]}
+
+    def restore(self, record: Mapping[str, Any]) -> bool:
+        """Make the rows exactly ``record`` (a checkpoint's copy); rewrite the file when it differs.
+
+        Returns:
+            True when the file was rewritten.
+        """
+        columns = [str(c) for c in record["columns"]]
+        rows = [dict(zip(columns, map(str, cells), strict=True)) for cells in record["rows"]]
+        if self.path.exists() and self.load_error is None and self.record() == {"columns": columns,
+                                                                                "rows": [[r[k] for k in columns]
+                                                                                         for r in rows]}:
+            return False
+        self.columns, self.rows, self.load_error = columns, rows, None
+        self._write()
+        return True
 
     def truncate_after(self, env_steps: int) -> None:
         """Drop rows logged after ``env_steps`` (used when resuming from an earlier checkpoint); rewrites the file."""
@@ -389,6 +596,68 @@ class CSVMetrics:
         if len(kept) != len(self.rows):
             self.rows = kept
             self._write()
+
+
+def compare_with_record(path: Path, record: Mapping[str, Any]) -> str | None:
+    """How ``metrics.csv`` departs from a checkpoint's record of its rows, or None when it holds them all.
+
+    Rows after the record's (logged after the checkpoint) are not a departure: a resume logs them again.
+    """
+    if not Path(path).exists():
+        return "missing"
+    m = CSVMetrics(path)
+    if m.load_error is not None:
+        return f"cannot be read ({m.load_error})"
+    columns, rows = list(record["columns"]), list(record["rows"])
+    if len(m.rows) < len(rows):
+        return f"holds {len(m.rows)} of the {len(rows)} rows up to the checkpoint"
+    for i, cells in enumerate(rows):
+        got = [m.rows[i].get(k) or "" for k in columns]
+        if got != [str(c) for c in cells]:
+            bad = next(k for k, a, b in zip(columns, got, cells, strict=True) if a != str(b))
+            return f"row {i + 1} (env_steps {cells[columns.index('env_steps')]}) differs from the checkpoint's copy " \
+                   f"({bad}: {got[columns.index(bad)]!r} instead of {str(cells[columns.index(bad)])!r})"
+    return None
+
+
+def check_rows(path: Path) -> str | None:
+    """What makes ``metrics.csv`` unusable for a resume without a checkpoint record of it, or None.
+
+    Every row must have every cell of its header, an integer ``env_steps`` (increasing) and numbers (or
+    nothing) in the other cells; a row cut mid-line (a killed copy, a full disk) fails this.
+    """
+    if not Path(path).exists():
+        return "missing"
+    m = CSVMetrics(path)
+    if m.load_error is not None:
+        return f"cannot be read ({m.load_error})"
+    if "env_steps" not in m.columns:
+        return "has no env_steps column"
+    last = -1
+    for i, r in enumerate(m.rows):
+        where = f"row {i + 1}"
+        if any(r.get(k) is None for k in m.columns):
+            return f"{where} is cut short ({sum(r.get(k) is None for k in m.columns)} cells missing)"
+        try:
+            steps = int(r["env_steps"])
+        except ValueError:
+            return f"{where}: env_steps {r['env_steps']!r} is not an integer"
+        if steps <= last:
+            return f"{where}: env_steps {steps} does not increase"
+        last = steps
+        for k in m.columns:
+            try:
+                float(r[k]) if r[k] != "" else None
+            except ValueError:
+                return f"{where}: {k} {r[k]!r} is not a number"
+    return None
+
+
+def _cell(v: Any) -> str:
+    """A metrics value as the string the CSV file holds."""
+    if v is None:
+        return ""
+    return str(_fmt(v))
 
 
 def _fmt(v: Any) -> Any:

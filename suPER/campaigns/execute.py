@@ -66,11 +66,19 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
             on_start: Any = None, extra_manifest: dict[str, Any] | None = None) -> Any:
     """Train one run into ``cfg.run.out/cfg.run_name``: a fresh start, a resume, or a refusal.
 
-    * a finished run is refused (``RunFolderError``) unless ``overwrite``;
+    The whole call holds the folder's writer lock (a second writer is refused). Under it:
+
+    * a finished run is refused (``RunFolderError``) unless ``overwrite``, and so is a folder whose
+      manifest cannot be read (or is missing next to config.json, metrics.csv or a checkpoint);
     * an unfinished run (manifest ``running`` / ``failed`` / ``interrupted``) with ``checkpoints/latest.pt``
-      is resumed from that checkpoint, provided its config.json matches ``cfg`` (up to
-      ``config.VOLATILE_RUN_KEYS``);
-    * anything else starts fresh (old metrics.csv and latest.pt are removed).
+      is resumed from that checkpoint, provided config.json and the checkpoint are readable and match
+      ``cfg`` (up to ``config.VOLATILE_RUN_KEYS``) and metrics.csv can be restored up to the checkpoint;
+      what was found (a restored metrics.csv, temp files of a killed writer) is printed as notes;
+    * anything else starts fresh (old metrics.csv and checkpoints are removed).
+
+    Every check happens before anything is written: a refusal changes nothing. Once the run starts, any
+    exception leaves the manifest ``failed`` (``interrupted`` for Ctrl-C), or, when even that write
+    fails (disk full), ``running`` with no writer holding the lock: both resume.
 
     The manifest records status, provenance and every resume; when the run finishes the large
     ``latest.pt`` is removed (``final.pt`` stays) and ``curve.png`` is drawn.
@@ -85,33 +93,55 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
 
     Returns:
         The trainer's Summary.
+
+    Raises:
+        RunFolderError: the folder cannot be used as asked (nothing written).
+        RunFailure: the run stopped on a failed write (disk full, I/O error); the folder is resumable.
     """
-    import json
+    import os
+
+    from suPER import runs
+
+    train_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
+    if cfg.run.wandb and cfg.run.wandb_mode == "online" and not os.environ.get("WANDB_API_KEY"):
+        raise runs.RunFolderError("--wandb-mode online: set WANDB_API_KEY in the environment (or use offline)")
+    folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
+    with folder.lock():
+        try:
+            return _execute_locked(cfg, folder, train_fn, overwrite, backend, progress, on_start, extra_manifest)
+        except OSError as exc:
+            raise runs.RunFailure(f"{runs.describe_os_error(exc)}; the run stopped and {folder.path} is resumable: "
+                                  f"rerun the same command") from exc
+
+
+def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwrite: bool, backend: str,
+                    progress: Any, on_start: Any, extra_manifest: dict[str, Any] | None) -> Any:
+    """``execute`` once the writer lock is held: check, then write."""
     import socket
+    import sys
     import time
 
     from suPER import runs
     from suPER.plotting import plot_curve
 
-    train_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
-    folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
-    previous = folder.read_manifest()
+    previous = {} if overwrite else (folder.checked_manifest() or {})  # again, under the lock
+    if previous.get("status") == runs.FINISHED:
+        raise runs.RunFolderError(
+            f"--out: {folder.path} already holds a finished run; choose another --out or --tag, or pass --overwrite")
     latest = folder.checkpoints / "latest.pt"
-    resume = not overwrite and latest.exists() and previous.get("status") != runs.FINISHED
-    if resume:
-        try:
-            old = json.loads(folder.config.read_text())
-        except (OSError, ValueError):
-            old = None
-        if old is None or C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
-            diff = first_difference(C.without_volatile(old or {}), C.without_volatile(cfg.to_dict()))
-            raise runs.RunFolderError(
-                f"--out: {folder.path} holds an unfinished run of a different configuration ({diff}); pass "
-                f"--overwrite to start it over, or use another --tag")
-    else:
-        folder.metrics.unlink(missing_ok=True)
-        latest.unlink(missing_ok=True)
-    runs.atomic_write_json(folder.config, cfg.to_dict())
+    resume = not overwrite and bool(previous) and latest.exists()
+    notes = check_resumable(cfg, folder) if resume else []
+    removed, size = folder.remove_stale_temp_files()
+    if removed:
+        notes.append(f"{folder.path}: removed {removed} temp file(s) of a killed writer ({size / 1e6:.1f} MB)")
+    if previous and not resume and folder.metrics.exists():
+        notes.append(f"{folder.path}: unfinished run without a checkpoint (stopped before its first one); starting it "
+                     f"over")
+    if previous.get("status") == runs.RUNNING:
+        notes.append(f"{folder.manifest}: said running, but no process was writing it (crashed or killed)")
+    for note in notes:
+        print(note, file=sys.stderr)
+
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if resume:
         manifest = dict(previous, status=runs.RUNNING, end_time=None, **(extra_manifest or {}))
@@ -123,30 +153,39 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     manifest.update(opponent_file(cfg))
     if cfg.run.wandb and not manifest.get("wandb_id"):
         manifest["wandb_id"] = f"{cfg.run_name}-{int(time.time())}"[-64:]
+    # manifest first: a kill right after it leaves an unfinished run (resumed or restarted), never a folder
+    # with data but no manifest (which is refused)
     runs.atomic_write_json(folder.manifest, manifest)
+    status = runs.FAILED
     logger: runs.Logger = runs.NoLogger()
-    if cfg.run.wandb:
-        try:
+    try:
+        if not resume:
+            for old in (folder.metrics, latest, folder.checkpoints / "final.pt"):
+                old.unlink(missing_ok=True)
+        runs.atomic_write_json(folder.config, cfg.to_dict())
+        if cfg.run.wandb:
             logger = runs.WandbLogger(folder.path, cfg.run.wandb_project, cfg.run.wandb_group, cfg.run_name,
                                       cfg.to_dict(), mode=cfg.run.wandb_mode,
                                       tags=[cfg.run.tag] if cfg.run.tag else None, run_id=manifest["wandb_id"])
-        except runs.WandbError:  # nothing trained: the manifest must not say "running"
-            manifest.update(status=runs.FAILED, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            runs.atomic_write_json(folder.manifest, manifest)
-            raise
-    if on_start is not None:
-        on_start(folder, resume)
-    status = runs.FAILED
-    try:
+        if on_start is not None:
+            on_start(folder, resume)
         summary = train_fn(cfg, folder, logger=logger, progress=progress)
         status = runs.FINISHED
     except KeyboardInterrupt:
         status = runs.INTERRUPTED
         raise
     finally:
-        logger.close()
-        manifest.update(status=status, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        runs.atomic_write_json(folder.manifest, manifest)
+        try:
+            logger.close()
+        finally:
+            manifest.update(status=status, end_time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            try:
+                runs.atomic_write_json(folder.manifest, manifest)
+            except OSError:
+                if status == runs.FINISHED:
+                    raise
+                # disk full: the manifest keeps 'running' and nobody holds the lock, which reads as a crashed
+                # writer; the run resumes from its last checkpoint either way
     manifest.update(env_steps=summary.env_steps, final_team_return=summary.final_team_return,
                     env_steps_per_sec=summary.env_steps_per_sec, wall_time_s=summary.wall_time_s,
                     timings_s=summary.timings)
@@ -154,6 +193,54 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     latest.unlink(missing_ok=True)  # only unfinished runs need it; final.pt stays
     plot_curve([folder.path], folder.curve, title=cfg.run_name)
     return summary
+
+
+def check_resumable(cfg: C.ExperimentConfig, folder: Any) -> list[str]:
+    """Check that an unfinished folder can continue ``cfg`` from its ``latest.pt``, without writing anything.
+
+    Returns:
+        Notes on what the resume will repair (metrics.csv restored from the checkpoint's copy of its rows).
+
+    Raises:
+        RunFolderError: config.json unreadable or of another configuration, latest.pt unreadable or of another
+            configuration, metrics.csv damaged while the checkpoint (format 1) has no copy of its rows.
+    """
+    import json
+
+    from suPER import runs
+    from suPER.loop import RESTART_HINT, read_checkpoint
+
+    try:
+        old = json.loads(folder.config.read_text())
+    except FileNotFoundError:
+        raise runs.RunFolderError(f"{folder.config}: missing in an unfinished run; restore it, or {RESTART_HINT}") \
+            from None
+    except (OSError, ValueError) as exc:
+        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got an unreadable file ({exc}); "
+                                  f"restore it, or {RESTART_HINT}") from None
+    if not isinstance(old, dict):
+        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got a JSON {type(old).__name__}; "
+                                  f"restore it, or {RESTART_HINT}")
+    if C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
+        diff = first_difference(C.without_volatile(old), C.without_volatile(cfg.to_dict()))
+        raise runs.RunFolderError(
+            f"--out: {folder.path} holds an unfinished run of a different configuration ({diff}); pass "
+            f"--overwrite to start it over, or use another --tag")
+    latest = folder.checkpoints / "latest.pt"
+    raw = read_checkpoint(latest, cfg, mmap=True)
+    steps = int(raw["loop"]["env_steps"])
+    record = raw.get("metrics")
+    if record is None:  # format 1: no copy of the rows, so metrics.csv must be whole
+        problem = runs.check_rows(folder.metrics)
+        if problem is not None:
+            raise runs.RunFolderError(f"{folder.metrics}: {problem}, and {latest} (format 1) holds no copy of the rows "
+                                      f"to restore it from; repair the file, or {RESTART_HINT}")
+        return []
+    problem = runs.compare_with_record(folder.metrics, record)
+    if problem is None:
+        return []
+    return [f"{folder.metrics}: {problem}; restored its {len(record['rows'])} row(s) up to env step {steps} from "
+            f"{latest}"]
 
 
 def first_difference(a: Any, b: Any, prefix: str = "") -> str:

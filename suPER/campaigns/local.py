@@ -48,7 +48,7 @@ def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
             plan.pending.append(run)
             continue
         folder = runs.RunFolder(out / run.run_name)
-        status = folder.status()
+        status = (folder.checked_manifest() or {}).get("status")  # an unreadable manifest is refused up front
         if status == runs.FINISHED:
             plan.finished.append(run)
             continue
