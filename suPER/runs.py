@@ -490,9 +490,7 @@ class WandbLogger:
         Raises:
             WandbError: online, and no credentials or no answer within the init timeout.
         """
-        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_path().is_file()):
-            raise WandbError("--wandb-mode online: no W&B credentials (set WANDB_API_KEY, run `wandb login`, "
-                             "or use --wandb-mode offline)")
+        check_wandb_credentials(mode)
         import wandb  # lazy: optional at runtime
 
         self._wandb = wandb
@@ -525,6 +523,18 @@ class WandbLogger:
     def close(self) -> None:
         """Finish the W&B run."""
         self.run.finish()
+
+
+def check_wandb_credentials(mode: str) -> None:
+    """Online W&B needs credentials wandb reads itself (``WANDB_API_KEY`` or a netrc file); checked before a
+    run writes anything, so a run that cannot log is refused rather than started.
+
+    Raises:
+        WandbError: online and neither is there.
+    """
+    if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _netrc_path().is_file()):
+        raise WandbError("--wandb-mode online: no W&B credentials (set WANDB_API_KEY, run `wandb login`, "
+                         "or use --wandb-mode offline)")
 
 
 def _netrc_path() -> Path:

@@ -98,13 +98,15 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
         RunFolderError: the folder cannot be used as asked (nothing written).
         RunFailure: the run stopped on a failed write (disk full, I/O error); the folder is resumable.
     """
-    import os
 
     from suPER import runs
 
     train_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
-    if cfg.run.wandb and cfg.run.wandb_mode == "online" and not os.environ.get("WANDB_API_KEY"):
-        raise runs.RunFolderError("--wandb-mode online: set WANDB_API_KEY in the environment (or use offline)")
+    if cfg.run.wandb:
+        try:
+            runs.check_wandb_credentials(cfg.run.wandb_mode)
+        except runs.WandbError as exc:  # bad set-up, found before anything is written: input error (exit 2)
+            raise runs.RunFolderError(str(exc)) from None
     folder = runs.prepare_run_folder(cfg.run.out, cfg.run_name, overwrite=overwrite)
     with folder.lock():
         try:

@@ -64,7 +64,7 @@ def test_online_wandb_without_a_network_fails_in_seconds_with_one_line(tmp_path:
 
 def test_online_wandb_without_credentials_fails_at_once(tmp_path: Path) -> None:
     out, _ = _online(tmp_path, WANDB_API_KEY="")
-    assert_refused(out, 1, "--wandb-mode online: no W&B credentials")
+    assert_refused(out, 2, "--wandb-mode online: no W&B credentials")  # found before anything is written
 
 
 # --------------------------------------------------------------------------------------------------
