@@ -137,6 +137,11 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
     if removed:
         notes.append(f"{folder.path}: removed {removed} temp file(s) of a killed writer ({size / 1e6:.1f} MB)")
     if previous and not resume and folder.metrics.exists():
+        trained = [r for r in runs.CSVMetrics(folder.metrics).rows if (r.get("env_steps") or "0").strip() != "0"]
+        if trained:  # evaluations of training that no checkpoint can continue: starting over would drop them
+            raise runs.RunFolderError(
+                f"{latest}: missing, but {folder.metrics} holds {len(trained)} evaluation(s) after step 0 that it "
+                f"would continue; restore the checkpoint, or pass --overwrite to start over (discards metrics.csv)")
         notes.append(f"{folder.path}: unfinished run without a checkpoint (stopped before its first one); starting it "
                      f"over")
     if previous.get("status") == runs.RUNNING:

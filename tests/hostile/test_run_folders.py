@@ -291,6 +291,14 @@ def test_manifest_left_running_by_a_dead_writer_resumes(unfinished: Path, capsys
     resumed_ok(unfinished, capsys, "said running, but no process was writing it")
 
 
+def test_deleted_checkpoint_with_evaluations_after_step_0_is_refused(unfinished: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Starting over would silently drop the evaluations the missing checkpoint would have continued."""
+    (unfinished / RUN / "checkpoints" / "latest.pt").unlink()
+    assert any(s > 0 for s in steps(unfinished / RUN))
+    refused(unfinished, capsys, "latest.pt: missing", "metrics.csv", "--overwrite")
+
+
 def test_second_writer_is_refused(unfinished: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A lock held through another open file (as another process would) refuses the run, naming the folder."""
     from suPER.runs import RunFolder
