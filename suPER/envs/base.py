@@ -4,11 +4,13 @@ PettingZoo speaks dicts keyed by agent id; trainers speak arrays with the agent 
 The conversion happens exactly once, here at the env boundary (STYLE rule 10). Only the *learning*
 team appears in the arrays; a fixed opponent team is driven inside the adapter and never leaves it.
 
-Shapes (suffixes as in STYLE rule 11): ``N`` learners, ``O...`` one learner's observation (H, W, C).
+Shapes (suffixes as in STYLE rule 11): ``N`` learners, ``O...`` one learner's observation (H, W, C),
+``E`` games of a batched env (:class:`BatchedMultiAgentEnv`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -77,6 +79,58 @@ class MultiAgentEnv(Protocol):
 
     def step(self, actions_N: np.ndarray) -> StepResult:
         """Advance one env step with one action per learner (ignored for dead learners)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+@dataclass
+class BatchStepResult:
+    """What one step of E games returns: :class:`StepResult` with a leading game axis ``E``.
+
+    Arrays are numpy for games stepped on the CPU and torch tensors (on the env's device) for a
+    device-resident env; the fields and their meaning are those of :class:`StepResult`, per game.
+    A game whose episode is over stays over (its rows zeros, ``alive_EN`` False, ``episode_over_E``
+    True, rewards 0) until it is reset.
+    """
+
+    obs_ENO: Any
+    """float32 [E, N, *obs_shape]"""
+    reward_EN: Any
+    """float32 [E, N]"""
+    terminated_EN: Any
+    """bool [E, N]"""
+    truncated_EN: Any
+    """bool [E, N]"""
+    alive_EN: Any
+    """bool [E, N]"""
+    episode_over_E: Any
+    """bool [E]: that game's episode has ended for the learning team"""
+    info: dict[str, Any] = field(default_factory=dict)
+    """extras; always has 'all_agent_reward_E' (float [E], as StepResult's 'all_agent_reward')"""
+
+
+class BatchedMultiAgentEnv(Protocol):
+    """E independent games of one env stepped together (evaluation batches, packed runs).
+
+    Games are reset individually, each with its own seed, so an episode is reproducible from its seed
+    whatever else the batch holds.
+    """
+
+    spec: EnvSpec
+    num_games: int
+    """E"""
+
+    def reset(self, seeds: Sequence[int], games: Any = None) -> Any:
+        """Start a new episode in ``games`` (int indices; all E when None), one seed each; return obs_ENO of
+        the whole batch (the other games' rows unchanged)."""
+        ...
+
+    def step(self, actions_EN: Any) -> BatchStepResult:
+        """Advance every game whose episode is not over by one env step (actions of dead learners and of
+        finished games are ignored)."""
         ...
 
     def close(self) -> None:
