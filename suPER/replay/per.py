@@ -80,8 +80,6 @@ class Batch:
 
 
 _STATE_ARRAYS = (
-    "obs",
-    "next_obs",
     "actions",
     "rewards",
     "dones",
@@ -199,6 +197,26 @@ class MultiAgentPER:
     def _gather_obs(self, row_PB: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(obs, next_obs)`` of storage rows ``p * capacity + slot``, each ``[P, B, *obs_shape]``."""
         return self._obs_rows[row_PB], self._next_obs_rows[row_PB]
+
+    def _obs_state(self, m: int) -> dict[str, np.ndarray]:
+        """The observation part of :meth:`state_dict` (views), for the first ``m`` slots."""
+        return {"obs": self._obs[:, :m], "next_obs": self._next_obs[:, :m]}
+
+    def _check_obs_state(self, d: dict[str, Any], m: int) -> None:
+        """Validate the observation part of a state dict with ``m`` slots; raise ValueError if it does not fit."""
+        shape = (self.n_policies, m, *self.obs_shape)
+        for k in ("obs", "next_obs"):
+            if k not in d:
+                raise ValueError(f"state dict lacks {[k]}")
+            a = np.asarray(d[k])
+            if a.shape != shape or a.dtype != self.obs_dtype:
+                raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {self.obs_dtype}")
+
+    def _load_obs_state(self, d: dict[str, Any], m: int) -> None:
+        """Load the (checked) observation part of a state dict with ``m`` slots."""
+        for k, dst in (("obs", self._obs), ("next_obs", self._next_obs)):
+            dst[:, :m] = d[k]
+            dst[:, m:] = 0
 
     # ------------------------------------------------------------------ properties
 
@@ -545,8 +563,7 @@ class MultiAgentPER:
         """
         m = int(self._size.max())
         out: dict[str, np.ndarray] = {
-            "obs": self._obs[:, :m],
-            "next_obs": self._next_obs[:, :m],
+            **self._obs_state(m),
             "actions": self._actions[:, :m],
             "rewards": self._rewards[:, :m],
             "dones": self._dones[:, :m],
@@ -578,8 +595,6 @@ class MultiAgentPER:
         size = np.asarray(d["size"])
         m = int(size.max()) if size.size else 0
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "obs": ((P, m, *self.obs_shape), self.obs_dtype),
-            "next_obs": ((P, m, *self.obs_shape), self.obs_dtype),
             "actions": ((P, m), self._actions.dtype),
             "rewards": ((P, m), self._rewards.dtype),
             "dones": ((P, m), self._dones.dtype),
@@ -595,10 +610,10 @@ class MultiAgentPER:
                 raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {dtype}")
         if m > N or (size < 0).any() or (np.asarray(d["ptr"]) >= N).any():
             raise ValueError("state sizes/pointers do not fit this buffer's capacity")
+        self._check_obs_state(d, m)
 
+        self._load_obs_state(d, m)
         for k, dst in (
-            ("obs", self._obs),
-            ("next_obs", self._next_obs),
             ("actions", self._actions),
             ("rewards", self._rewards),
             ("dones", self._dones),
