@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from suPER.replay.per import MultiAgentPER
 
-__all__ = ["CellCodec", "CompactPER", "ObsCodecError"]
+__all__ = ["CellCodec", "CompactPER", "ObsCodecError", "load_replay_state"]
 
 
 class ObsCodecError(ValueError):
@@ -349,6 +349,21 @@ class CompactPER(MultiAgentPER):
         if self.codec is not None:
             self.codec.load_palette(d["palette"])
 
+    def plain_state_dict(self) -> dict[str, np.ndarray]:
+        """The state dict :class:`MultiAgentPER` would hold after the same calls (``obs``/``next_obs`` decoded)."""
+        d = self.state_dict(copy=True)
+        m = int(self._size.max())
+        row = self._row_base[:, None] + np.arange(m, dtype=np.int64)[None, :]
+        obs, next_obs = self._gather_obs(row) if m else (np.zeros((self.n_policies, 0, *self.obs_shape),
+                                                                  dtype=self.obs_dtype),) * 2
+        # slots never written hold zeros in the plain layout
+        stored = (np.arange(m)[None, :] < self._size[:, None]).reshape(self.n_policies, m, *(1,) * len(self.obs_shape))
+        for k in self._obs_state(0):
+            d.pop(k)
+        d["obs"], d["next_obs"] = np.where(stored, obs, 0).astype(self.obs_dtype), \
+            np.where(stored, next_obs, 0).astype(self.obs_dtype)
+        return d
+
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Restore a state dict of this layout, or migrate one of the plain ``MultiAgentPER`` layout.
 
@@ -401,3 +416,20 @@ class CompactPER(MultiAgentPER):
             "palette": codec.palette.copy() if codec is not None else np.zeros((0, 0), dtype=self.obs_dtype),
         })
         return out
+
+
+def load_replay_state(buffer: MultiAgentPER, d: dict[str, Any]) -> None:
+    """Load a state dict of either layout into ``buffer`` of either layout (checkpoints survive a layout change).
+
+    Args:
+        buffer: a :class:`MultiAgentPER` or :class:`CompactPER`.
+        d: what ``state_dict`` of either class returned.
+    """
+    if isinstance(buffer, CompactPER) or "frames" not in d:
+        buffer.load_state_dict(d)  # CompactPER migrates plain states itself
+        return
+    coded = np.asarray(d["frames"]).ndim == 1 + len(buffer.obs_shape)  # [P, M, *cells]: codes
+    compact = CompactPER(buffer.n_policies, buffer.capacity, buffer.obs_shape, buffer.obs_dtype,
+                         n_streams=np.asarray(d["pending_slot"]).shape[1], codec=coded)
+    compact.load_state_dict(d)
+    buffer.load_state_dict(compact.plain_state_dict())
