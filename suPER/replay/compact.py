@@ -251,7 +251,9 @@ class CompactPER(MultiAgentPER):
                    obs: np.ndarray, next_obs: np.ndarray, stream_w: np.ndarray | None) -> None:
         N, S, PN = self.capacity, self.n_streams, self.n_policies * self.capacity
         row = self._row_base[pol_w] + slot_w
-        f_obs, f_next = self._encode(obs), self._encode(next_obs)
+        w = row.size
+        both = self._encode(np.concatenate([np.asarray(obs), np.asarray(next_obs)]))  # one codec pass
+        f_obs, f_next = both[:w], both[w:]
         # overwritten rows release their extra frame (frames they link to belong to newer rows)
         old = self._next_ref_rows[row]
         self._release(old[old >= PN] - PN)
@@ -297,10 +299,13 @@ class CompactPER(MultiAgentPER):
         f_obs = self._frame_rows[row_PB]
         ref = self._next_ref_rows[row_PB]
         ext = ref >= PN
-        f_next = np.empty_like(f_obs)
+        both = np.empty((2, *f_obs.shape), dtype=f_obs.dtype)
+        both[0] = f_obs
+        f_next = both[1]
         f_next[~ext] = self._frame_rows[ref[~ext]]
         f_next[ext] = self._extra[ref[ext] - PN]
-        return self._decode(f_obs), self._decode(f_next)
+        out = self._decode(both)  # one codec pass
+        return out[0], out[1]
 
     # ------------------------------------------------------------------ checkpoints
 
