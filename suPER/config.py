@@ -291,7 +291,7 @@ class RunConfig:
     """show a progress bar"""
     checkpoint_replay: bool = True
     """include the replay buffers in the checkpoint written at every evaluation, so a resumed run continues
-    with the same buffers (large: up to ~0.3 GB for pursuit, ~1.8 GB for battle at full capacity). false
+    with the same buffers (at full capacity ~1.8 GB for battle with run.replay_layout=plain, far less compact). false
     keeps checkpoints small; a resumed run then refills its buffers for dqn.learning_starts steps before learning"""
     replay_layout: Literal["compact", "plain"] = "compact"
     """storage of the DQN trainers' replay observations. compact (``suPER.replay.CompactPER``): each frame once,
