@@ -223,3 +223,19 @@ def test_trainer_gives_the_same_run_with_either_layout(tmp_path: Path) -> None:
         nets[layout] = torch.load(tmp_path / layout / "checkpoints" / "final.pt", weights_only=False)["q_net"]
     for k, v in nets["plain"].items():
         assert torch.equal(v, nets["compact"][k]), k
+
+
+def test_replay_memory_benchmark_quick() -> None:
+    """benchmarks/replay_memory.py --quick runs and reports the compact layout smaller for every env."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "replay_memory.py"), "--quick"],
+                          capture_output=True, text=True, timeout=180, cwd=root, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+             if line.split() and line.split()[0] in ("pursuit", "battle", "adversarial_pursuit")}
+    assert sorted(table) == ["adversarial_pursuit", "battle", "pursuit"]
+    assert all(float(r[4]) < float(r[3]) for r in table.values())  # compact GB < plain GB
