@@ -291,8 +291,13 @@ class RunConfig:
     """show a progress bar"""
     checkpoint_replay: bool = True
     """include the replay buffers in the checkpoint written at every evaluation, so a resumed run continues
-    with the same buffers (large: up to ~0.3 GB for pursuit, ~1.8 GB for battle at full capacity). false
+    with the same buffers (at full capacity ~1.8 GB for battle with run.replay_layout=plain, far less compact). false
     keeps checkpoints small; a resumed run then refills its buffers for dqn.learning_starts steps before learning"""
+    replay_layout: Literal["compact", "plain"] = "compact"
+    """storage of the DQN trainers' replay observations. compact (``suPER.replay.CompactPER``): each frame once,
+    next_obs linked to the next row of the same agent when equal, MAgent cells as lossless palette codes
+    (battle ~0.26 GB instead of 1.8 GB at full buffers); plain (``MultiAgentPER``): obs and next_obs arrays as
+    before issue 15. Sampled batches are identical, and either layout resumes the other's checkpoints"""
 
     @property
     def resolved_eval_interval(self) -> int:
@@ -646,7 +651,7 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
-                     "checkpoint_replay")
+                     "checkpoint_replay", "replay_layout")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
 
 

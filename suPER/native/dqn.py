@@ -16,7 +16,9 @@ update count, but not bit-identical to an uninterrupted run.
 
 All N learners' Q-networks are one ``BatchedQNet`` (P = N policies, or P = 1 with parameter
 sharing), so acting, TD computation and the update are one batched call each. Replay is one
-``MultiAgentPER`` holding P independent prioritized buffers.
+``CompactPER`` (``run.replay_layout: plain``: ``MultiAgentPER``) holding P independent prioritized buffers;
+rows carry their agent (own rows) or sender (relayed rows) as stream, so a row's next_obs can be the next
+row's obs.
 
 Loss per policy p (REFERENCE 3.3): ``L_p = mean_b w_b * huber(td_b)`` with
 ``td = Q(o, a) - [r + gamma * (1 - d) * Q_target(o', a*)]``, ``a* = argmax Q(o')`` (double-Q) or
@@ -38,7 +40,7 @@ from suPER.config import ExperimentConfig
 from suPER.core.relay import Relay, RelayPlan, insertion_priorities
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
-from suPER.replay import MultiAgentPER
+from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.runs import (
     Logger,
     RunFolder,
@@ -78,8 +80,11 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     optimizer = torch.optim.Adam(q_net.parameters(), lr=d.lr, eps=d.adam_eps, fused=True)  # 10x faster step on CPU
 
     # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
-    buffer = MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, alpha=d.per_alpha, beta=d.per_beta,
-                           eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    # (compact layout: next_obs linked to the same agent's next row, streams = agents; identical samples)
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
+              if run.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype,
+                                                                   **per_kwargs))
     batch_per_policy = d.batch_size * (n_agents if d.parameter_sharing else 1)
 
     # ---- relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
@@ -173,7 +178,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         target_net.load_state_dict(state["target_net"])
         optimizer.load_state_dict(state["optimizer"])
         if state["replay"] is not None:
-            buffer.load_state_dict(state["replay"])
+            load_replay_state(buffer, state["replay"])  # either layout's checkpoint
         else:  # refill the empty buffers before learning again
             learn_after = loop.env_steps + d.learning_starts
         rng.bit_generator.state = state["rng"]["explore"]
@@ -307,7 +312,7 @@ def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.
     if legacy_td_NT is not None:
         priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + eps if sender_side
                     else np.ones(len(n_K)))
-    buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority)
+    buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority, stream_K=n_K)
 
 
 def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: np.ndarray, rule: str, eps: float,
@@ -317,5 +322,5 @@ def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: n
     if plan.n_relayed:
         s_K, r_K = plan.sender_K, plan.row_K
         priority = insertion_priorities(rule, td_NT[s_K, r_K], plan.receiver_K, eps, sender_side)
-        buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority)
+        buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority, stream_K=s_K)
     return plan

@@ -80,8 +80,6 @@ class Batch:
 
 
 _STATE_ARRAYS = (
-    "obs",
-    "next_obs",
     "actions",
     "rewards",
     "dones",
@@ -144,8 +142,7 @@ class MultiAgentPER:
         self._leaf0 = 1 << self._depth  # C: node index of slot 0 (C >= capacity)
         self._width = 2 * self._leaf0  # nodes per policy tree (index 0 unused)
 
-        self._obs = np.zeros((P, N, *self.obs_shape), dtype=self.obs_dtype)
-        self._next_obs = np.zeros((P, N, *self.obs_shape), dtype=self.obs_dtype)
+        self._init_obs_storage()
         self._actions = np.zeros((P, N), dtype=np.int64)
         self._rewards = np.zeros((P, N), dtype=np.float32)
         self._dones = np.zeros((P, N), dtype=np.float32)
@@ -164,11 +161,62 @@ class MultiAgentPER:
         self._tree_base = np.arange(P, dtype=np.int64) * self._width  # [P]  p * 2C
         self._pair_base = np.arange(P, dtype=np.int64) * self._leaf0  # [P]  p * C
         self._row_base = np.arange(P, dtype=np.int64) * N  # [P]  p * capacity (storage rows)
-        self._obs_rows = self._obs.reshape(P * N, *self.obs_shape)
-        self._next_obs_rows = self._next_obs.reshape(P * N, *self.obs_shape)
         self._actions_rows = self._actions.reshape(-1)
         self._rewards_rows = self._rewards.reshape(-1)
         self._dones_rows = self._dones.reshape(-1)
+
+    # ------------------------------------------------------------------ observation storage (layout hooks)
+
+    def _init_obs_storage(self) -> None:
+        """Allocate the observation storage: here ``obs`` and ``next_obs``, both ``[P, capacity, *obs_shape]``."""
+        P, N = self.n_policies, self.capacity
+        self._obs = np.zeros((P, N, *self.obs_shape), dtype=self.obs_dtype)
+        self._next_obs = np.zeros((P, N, *self.obs_shape), dtype=self.obs_dtype)
+        self._obs_rows = self._obs.reshape(P * N, *self.obs_shape)
+        self._next_obs_rows = self._next_obs.reshape(P * N, *self.obs_shape)
+
+    def _obs_arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays that hold observations (for :attr:`nbytes`)."""
+        return (self._obs, self._next_obs)
+
+    def _store_obs(self, pol_w: np.ndarray, slot_w: np.ndarray, rank_w: np.ndarray, counts_P: np.ndarray,
+                   obs: np.ndarray, next_obs: np.ndarray, stream_w: np.ndarray | None) -> None:
+        """Write the observations of the rows kept by :meth:`add` (called before the pointers advance).
+
+        Args:
+            pol_w, slot_w: int64 ``[W]`` policy and slot of each written row, in input order.
+            rank_w: int64 ``[W]`` rank of each row among its policy's rows in this call.
+            counts_P: int64 ``[P]`` rows given per policy in this call (written or superseded).
+            obs, next_obs: ``[W, *obs_shape]`` as given (any dtype; cast to the storage dtype here).
+            stream_w: optional int64 ``[W]`` stream of each row (unused by this layout).
+        """
+        row = self._row_base[pol_w] + slot_w
+        self._obs_rows[row] = obs
+        self._next_obs_rows[row] = next_obs
+
+    def _gather_obs(self, row_PB: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(obs, next_obs)`` of storage rows ``p * capacity + slot``, each ``[P, B, *obs_shape]``."""
+        return self._obs_rows[row_PB], self._next_obs_rows[row_PB]
+
+    def _obs_state(self, m: int) -> dict[str, np.ndarray]:
+        """The observation part of :meth:`state_dict` (views), for the first ``m`` slots."""
+        return {"obs": self._obs[:, :m], "next_obs": self._next_obs[:, :m]}
+
+    def _check_obs_state(self, d: dict[str, Any], m: int) -> None:
+        """Validate the observation part of a state dict with ``m`` slots; raise ValueError if it does not fit."""
+        shape = (self.n_policies, m, *self.obs_shape)
+        for k in ("obs", "next_obs"):
+            if k not in d:
+                raise ValueError(f"state dict lacks {[k]}")
+            a = np.asarray(d[k])
+            if a.shape != shape or a.dtype != self.obs_dtype:
+                raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {self.obs_dtype}")
+
+    def _load_obs_state(self, d: dict[str, Any], m: int) -> None:
+        """Load the (checked) observation part of a state dict with ``m`` slots."""
+        for k, dst in (("obs", self._obs), ("next_obs", self._next_obs)):
+            dst[:, :m] = d[k]
+            dst[:, m:] = 0
 
     # ------------------------------------------------------------------ properties
 
@@ -193,8 +241,7 @@ class MultiAgentPER:
     def nbytes(self) -> int:
         """Bytes of all arrays allocated by the buffer (storage, trees, pointers)."""
         arrays = (
-            self._obs,
-            self._next_obs,
+            *self._obs_arrays(),
             self._actions,
             self._rewards,
             self._dones,
@@ -280,6 +327,7 @@ class MultiAgentPER:
         next_obs_K: np.ndarray,
         done_K: np.ndarray,
         priority_K: np.ndarray | None = None,
+        stream_K: np.ndarray | None = None,
     ) -> np.ndarray:
         """Append ``K`` rows, each to the ring of its policy.
 
@@ -298,6 +346,10 @@ class MultiAgentPER:
             priority_K: optional raw priorities ``[K]`` (> 0, before ``** alpha``). ``None`` gives each row
                 its policy's current max priority ``max_p`` (as of before this call). Given priorities
                 also raise ``max_p`` unless ``track_inserted_max`` is False.
+            stream_K: optional int ``[K]`` stream of each row (e.g. the agent whose trajectory it is; -1 for
+                none). Layouts that store an observation once (:class:`~suPER.replay.compact.CompactPER`) link a
+                row's ``next_obs`` to the next row of the same policy and stream when the two are equal; this
+                layout stores both and ignores it. Sampled rows never depend on it.
 
         Returns:
             int64 ``[K]`` slot index of each row within its policy's ring. If one call adds more than
@@ -351,19 +403,25 @@ class MultiAgentPER:
         if not keep.all():
             slots = np.where(keep, slots, -1)
             pol_w, slot_w, prio = pol[keep], slots[keep], prio[keep]
-            obs, next_obs, actions, rewards, dones = (
+            obs, next_obs, actions, rewards, dones, rank_w = (
                 obs[keep],
                 next_obs[keep],
                 actions[keep],
                 rewards[keep],
                 dones[keep],
+                rank[keep],
             )
         else:
-            pol_w, slot_w = pol, slots
+            pol_w, slot_w, rank_w = pol, slots, rank
+        stream_w = None
+        if stream_K is not None:
+            stream = np.asarray(stream_K, dtype=np.int64)
+            if stream.shape != (K,):
+                raise ValueError(f"stream_K has shape {stream.shape}, expected {(K,)}")
+            stream_w = stream if keep.all() else stream[keep]
 
         row = self._row_base[pol_w] + slot_w
-        self._obs_rows[row] = obs
-        self._next_obs_rows[row] = next_obs
+        self._store_obs(pol_w, slot_w, rank_w, counts, obs, next_obs, stream_w)
         self._actions_rows[row] = actions
         self._rewards_rows[row] = rewards
         self._dones_rows[row] = dones
@@ -426,11 +484,12 @@ class MultiAgentPER:
         weights = ((leaf / min_leaf) ** (-beta)).astype(np.float32)
 
         row = self._row_base[:, None] + indices  # [P, B]
+        obs, next_obs = self._gather_obs(row)
         return Batch(
-            obs=self._obs_rows[row],
+            obs=obs,
             actions=self._actions_rows[row],
             rewards=self._rewards_rows[row],
-            next_obs=self._next_obs_rows[row],
+            next_obs=next_obs,
             dones=self._dones_rows[row],
             weights=weights,
             indices=indices,
@@ -504,8 +563,7 @@ class MultiAgentPER:
         """
         m = int(self._size.max())
         out: dict[str, np.ndarray] = {
-            "obs": self._obs[:, :m],
-            "next_obs": self._next_obs[:, :m],
+            **self._obs_state(m),
             "actions": self._actions[:, :m],
             "rewards": self._rewards[:, :m],
             "dones": self._dones[:, :m],
@@ -537,8 +595,6 @@ class MultiAgentPER:
         size = np.asarray(d["size"])
         m = int(size.max()) if size.size else 0
         expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "obs": ((P, m, *self.obs_shape), self.obs_dtype),
-            "next_obs": ((P, m, *self.obs_shape), self.obs_dtype),
             "actions": ((P, m), self._actions.dtype),
             "rewards": ((P, m), self._rewards.dtype),
             "dones": ((P, m), self._dones.dtype),
@@ -554,10 +610,10 @@ class MultiAgentPER:
                 raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {dtype}")
         if m > N or (size < 0).any() or (np.asarray(d["ptr"]) >= N).any():
             raise ValueError("state sizes/pointers do not fit this buffer's capacity")
+        self._check_obs_state(d, m)
 
+        self._load_obs_state(d, m)
         for k, dst in (
-            ("obs", self._obs),
-            ("next_obs", self._next_obs),
             ("actions", self._actions),
             ("rewards", self._rewards),
             ("dones", self._dones),
