@@ -30,7 +30,7 @@ import json
 import math
 import pickle
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import torch
 from suPER import config as C
 from suPER.envs import OPPONENT_KINDS, MultiAgentEnv
 from suPER.envs import make_env as _make_env
+from suPER.envs.batched import LockstepBatch
 from suPER.models import BatchedQNet
 from suPER.models.qnet import ReferenceQNet, batched_from_reference
 from suPER.runs import atomic_write_bytes
@@ -280,6 +281,34 @@ class NetworkOpponent:
             actions_M = np.where(explore_M, self.rng.integers(0, self.net.n_actions, m), actions_M)
         return actions_M
 
+    @torch.no_grad()
+    def act_batch(self, obs_EMO: np.ndarray, alive_EM: np.ndarray,
+                  peers: Sequence[NetworkOpponent] | None = None) -> np.ndarray:
+        """Actions [E, M] for E games at once: one forward over all E x M observations.
+
+        Args:
+            obs_EMO: float32 [E, M, *obs_shape], game e's opponents in row e.
+            alive_EM: bool [E, M].
+            peers: game e's own policy at index e (default: this one for every game); its generator draws
+                game e's exploration, so a game explores exactly as when it is played alone. Every peer must
+                act with this policy's network.
+
+        Raises:
+            ValueError: a peer with another network.
+        """
+        obs = torch.as_tensor(np.asarray(obs_EMO, dtype=np.float32))
+        e = obs.shape[0]
+        actions_EM = self.net(obs.transpose(0, 1)).argmax(-1).T.numpy().astype(np.int64)
+        peers = [self] * e if peers is None else list(peers)
+        if any(p.net is not self.net for p in peers):
+            raise ValueError("NetworkOpponent.act_batch: every game's opponent must share this network")
+        for g, p in enumerate(peers):
+            if p.epsilon > 0:
+                m = actions_EM.shape[1]
+                explore_M = p.rng.random(m) < p.epsilon
+                actions_EM[g] = np.where(explore_M, p.rng.integers(0, p.net.n_actions, m), actions_EM[g])
+        return actions_EM
+
 
 def opponent_path(env_name: str, opponent: str) -> Path:
     """``pretrained`` -> the shipped ``experiments/opponents/<env>.safetensors``; anything else is a path."""
@@ -311,6 +340,33 @@ def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
             raise
         env.set_opponent(NetworkOpponent(net, cfg.opponent_epsilon, seed))  # type: ignore[attr-defined]
     return env
+
+
+def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> LockstepBatch:
+    """``num_games`` games of ``make_env(cfg)`` stepped in lockstep (``suPER.envs.batched.LockstepBatch``).
+
+    A network opponent's weights are loaded once and shared by every game (its actions for all games come
+    from one forward per step); game g's opponent generator (epsilon draws) is seeded ``seed + g``.
+
+    Args:
+        cfg: env config, as for ``make_env``.
+        num_games: E >= 1.
+        seed: seeds the games' opponent generators (the games themselves are seeded by ``reset(seeds)``).
+    """
+    first = make_env(cfg, seed=seed)
+
+    def make_one(g: int) -> MultiAgentEnv:
+        if g == 0:
+            return first
+        game_seed = None if seed is None else seed + g
+        if not has_network_opponent(cfg):
+            return make_env(cfg, seed=game_seed)
+        env = _make_env(cfg, seed=game_seed, opponent=_Placeholder())
+        shared = first.opponent  # type: ignore[attr-defined]
+        env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        return env
+
+    return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails
 
 
 OPPONENT_ENVS = ("battle", "adversarial_pursuit")
