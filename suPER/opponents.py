@@ -42,6 +42,7 @@ from suPER import config as C
 from suPER.envs import OPPONENT_KINDS, MultiAgentEnv
 from suPER.envs import make_env as _make_env
 from suPER.envs.batched import LockstepBatch
+from suPER.evaluation import BatchActFn, episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 from suPER.models.qnet import ReferenceQNet, batched_from_reference
 from suPER.runs import atomic_write_bytes
@@ -342,6 +343,10 @@ def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
     return env
 
 
+MATCH_BATCH = 20
+"""games a match (``opponents eval``, self-play snapshot matches) plays together in lockstep"""
+
+
 def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> LockstepBatch:
     """``num_games`` games of ``make_env(cfg)`` stepped in lockstep (``suPER.envs.batched.LockstepBatch``).
 
@@ -390,9 +395,6 @@ def check_opponent(cfg: C.EnvConfig) -> None:
 # matches
 
 
-ActFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
 @dataclass
 class MatchResult:
     """K episodes of a team against the env's opponent; outcomes from the team's point of view."""
@@ -439,28 +441,24 @@ OUTCOME: dict[str, Callable[[int, int, float], int]] = {
 """env -> outcome rule (team alive, opponent alive, opponent return) -> +1 / 0 / -1 for the team"""
 
 
-def play(env: MultiAgentEnv, act: ActFn, episodes: int, seed: int) -> MatchResult:
+def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, seed: int) -> MatchResult:
     """Play ``episodes`` episodes of the env's learners (acting with ``act``) against its opponent.
 
-    The env is reset with ``seed`` once and continues its RNG stream after that, so a fixed seed gives a
-    fixed set of episodes (for a deterministic team and opponent).
+    Episode k is seeded ``episode_seeds(seed, 0, episodes)[k]``, so a fixed seed gives a fixed set of episodes
+    (for a deterministic team and opponent), the same whether they are played one at a time on an env or as
+    a batch of games (``make_batch``: one batched call of each team per step).
+
+    Args:
+        env: one env (episodes one at a time) or a batch of games.
+        act: ``(obs_ENO, alive_EN) -> actions_EN`` of the learning team (``team_policy``).
+        episodes: K.
+        seed: the match seed.
     """
-    k = episodes
-    team_K, opp_K, out_K, len_K = np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    ep = play_episodes(env, act, episode_seeds(seed, 0, episodes))
     rule = OUTCOME[env.spec.name]
-    for e in range(k):
-        obs_NO = env.reset(seed=seed if e == 0 else None)
-        alive_N = np.ones(env.spec.n_agents, dtype=bool)
-        while True:
-            res = env.step(act(obs_NO, alive_N))
-            team_K[e] += float(np.where(alive_N, res.reward_N, 0.0).sum())
-            opp_K[e] += res.info.get("opponent_reward", 0.0)
-            len_K[e] += 1
-            if res.episode_over:
-                out_K[e] = rule(int(res.alive_N.sum()), int(res.info.get("opponent_alive", 0)), opp_K[e])
-                break
-            obs_NO, alive_N = res.obs_NO, res.alive_N
-    return MatchResult(team_K, opp_K, out_K, len_K)
+    out_K = np.array([rule(int(a), int(o), float(r)) for a, o, r in
+                      zip(ep.team_alive_K, ep.opponent_alive_K, ep.opponent_return_K)], dtype=np.int64)
+    return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, out_K, ep.length_K)
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -489,30 +487,35 @@ def bootstrap_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
 # teams for `opponents eval`
 
 
-def team_policy(spec: str, env: MultiAgentEnv, seed: int, allow_pickle: bool = False) -> ActFn:
-    """The learning side of a match: ``random``, a run's ``checkpoints/final.pt`` or a team file.
+def team_policy(spec: str, env: MultiAgentEnv | LockstepBatch, seed: int, allow_pickle: bool = False) -> BatchActFn:
+    """The learning side of a match: ``random``, a run's ``checkpoints/final.pt`` or a team file, as a batched
+    act ``(obs_ENO, alive_EN) -> actions_EN``.
 
     A run checkpoint holds P = N policies (independent learners) or P = 1 (parameter sharing); a
     self-play checkpoint (P = all agents) contributes the learning team's policies.
     """
+    if isinstance(env, LockstepBatch):
+        env = env.games[0]  # the games' common shapes and ids
     n, n_actions = env.spec.n_agents, env.spec.n_actions
     if spec == "random":
         rng = np.random.default_rng(seed)
-        return lambda obs, alive: rng.integers(0, n_actions, n)
+        return lambda obs, alive: rng.integers(0, n_actions, (len(obs), n))
     path = Path(spec)
     if path.suffix == ".pt":
         net = _net_from_checkpoint(path, env)
     else:
         net, _ = load_team(path, env, "team", allow_pickle)
-    policy = NetworkOpponent(net, 0.0, seed)
     if net.n_policies == 1 and n > 1:
         return lambda obs, alive: _shared_act(net, obs)
-    return policy.act
+    return NetworkOpponent(net, 0.0, seed).act_batch
 
 
 @torch.no_grad()
-def _shared_act(net: BatchedQNet, obs_NO: np.ndarray) -> np.ndarray:
-    return net(torch.as_tensor(np.asarray(obs_NO, dtype=np.float32))[None])[0].argmax(-1).numpy().astype(np.int64)
+def _shared_act(net: BatchedQNet, obs_ENO: np.ndarray) -> np.ndarray:
+    """Greedy actions [E, N] of one shared network for every learner of E games."""
+    e, n = obs_ENO.shape[:2]
+    obs = torch.as_tensor(np.asarray(obs_ENO, dtype=np.float32)).reshape(1, e * n, *obs_ENO.shape[2:])
+    return net(obs)[0].argmax(-1).reshape(e, n).numpy().astype(np.int64)
 
 
 def _net_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:
