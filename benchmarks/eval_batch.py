@@ -102,8 +102,11 @@ def main() -> None:
     p.add_argument("--train-steps", type=int, default=1500, help="env steps of the training-rate run")
     p.add_argument("--envs", default=",".join(ENVS))
     a = p.parse_args()
-    if a.quick:
-        a.episodes, a.horizon, a.train_steps = 4, 15, 100
+    if a.quick:  # explicit flags still win
+        defaults = p.parse_args([])
+        a.episodes = 4 if a.episodes == defaults.episodes else a.episodes
+        a.horizon = 15 if a.horizon == defaults.horizon else a.horizon
+        a.train_steps = 100 if a.train_steps == defaults.train_steps else a.train_steps
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; torch threads 1")
