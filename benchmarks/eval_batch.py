@@ -27,7 +27,6 @@ import os
 import platform
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
