@@ -158,12 +158,13 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         torch.zeros((T, E, N), device=device) for _ in range(6))
 
     @torch.no_grad()
-    def policy_act(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
-        """Evaluation actions of the learning team: sampled from each policy (or its mode, ``eval_mode``)."""
-        logits_NA = net(torch.as_tensor(obs_NO, device=device)[:, None])[0][:, 0]
+    def policy_act(obs_ENO: np.ndarray, alive_EN: np.ndarray | None = None) -> np.ndarray:
+        """Evaluation actions [E, N] of the learning team in E games: sampled from each policy (or its mode,
+        ``eval_mode``); one forward with agent n's net on its E observations."""
+        logits_ENA = net(torch.as_tensor(obs_ENO, device=device).transpose(0, 1))[0].transpose(0, 1)
         if s.eval_mode == "greedy":
-            return logits_NA.argmax(-1).cpu().numpy()
-        return torch.distributions.Categorical(logits=logits_NA).sample().cpu().numpy()
+            return logits_ENA.argmax(-1).cpu().numpy()
+        return torch.distributions.Categorical(logits=logits_ENA).sample().cpu().numpy()
 
     def per_agent(x_TEN: torch.Tensor) -> torch.Tensor:
         """[T, E, N, ...] -> [N, T * E, ...]: each agent's rollout rows."""

@@ -870,7 +870,7 @@ def opponents_eval(
         torch.set_num_threads(threads)
     cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
                                         "env.opponent_allow_pickle": allow_pickle})
-    e = O.make_env(cfg.env, seed=seed)
+    e = O.make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)
     try:
         s = O.play(e, O.team_policy(team, e, seed, allow_pickle), episodes, seed).summary(seed)
     finally:

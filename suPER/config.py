@@ -268,6 +268,9 @@ class RunConfig:
     """number of evaluations when eval_interval is 0 (the original evaluated 200 times)"""
     eval_episodes: int = 20
     """greedy episodes per evaluation"""
+    eval_batch: int = 20
+    """evaluation games played together in lockstep, one batched policy call per step (capped at
+    eval_episodes); 0 = sequential, one episode at a time on one env (same episodes, for comparison)"""
     out: str = "runs"
     """parent folder of run folders"""
     name: str = ""
@@ -352,6 +355,7 @@ class ExperimentConfig:
         _check(u.eval_interval >= 0, "--eval-interval", "an integer >= 0", u.eval_interval)
         _check(u.eval_points >= 1, "run.eval_points", "an integer >= 1", u.eval_points)
         _check(u.eval_episodes >= 0, "--eval-episodes", "an integer >= 0", u.eval_episodes)
+        _check(u.eval_batch >= 0, "run.eval_batch", "an integer >= 0", u.eval_batch)
         _check(u.threads >= 0, "--threads", "an integer >= 0", u.threads)
         _check(u.device in ("cpu", "cuda", "auto"), "--device", "cpu, cuda or auto", u.device)
         _check(u.algo in ALGOS, "--algo", f"one of {', '.join(ALGOS)}", u.algo)
@@ -651,7 +655,7 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
-                     "checkpoint_replay", "replay_layout")
+                     "checkpoint_replay", "replay_layout", "eval_batch")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
 
 

@@ -21,7 +21,9 @@ MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
     return loop.finish(greedy, final_state)      # last evaluation if needed, final.pt, close envs
 
 Evaluation happens at exact multiples of ``run.resolved_eval_interval`` env steps (env steps summed
-over parallel envs), on a separate env with greedy actions (``suPER.evaluation.evaluate``), and
+over parallel envs), on separate envs with greedy actions (``suPER.evaluation.evaluate_episodes``): the
+K episodes of evaluation i are seeded ``episode_seeds(eval_seed, i, K)`` and played as batches of
+``run.eval_batch`` games in lockstep (one batched policy call per step; 0 = one at a time), and
 writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
 time excluded), ``wall_time_s`` and whatever the trainer adds.
@@ -49,8 +51,9 @@ import torch
 
 from suPER.config import ExperimentConfig, without_volatile
 from suPER.envs import MultiAgentEnv
-from suPER.evaluation import ActFn, evaluate
-from suPER.opponents import make_env
+from suPER.envs.base import BatchedMultiAgentEnv
+from suPER.evaluation import BatchActFn, BatchResetFn, episode_seeds, evaluate_episodes
+from suPER.opponents import make_batch, make_env
 from suPER.runs import (
     CSVMetrics,
     Logger,
@@ -191,7 +194,9 @@ class RunLoop:
         cfg: the run's config.
         device: torch device for the trainer's networks (``run.device`` resolved).
         envs: the training envs (``num_envs`` of them, seeded ``seed + seed_offset + i * ENV_SEED_STRIDE``).
-        eval_env: the evaluation env (its own seed, continuing its RNG across evaluations).
+        eval_env: the evaluation env: a ``LockstepBatch`` of ``min(run.eval_batch, run.eval_episodes)`` games,
+            or one env when ``run.eval_batch`` is 0; every episode is reset with its own seed.
+        eval_seed: the run's evaluation seed (``seed + env.seed_offset + env.eval_seed_offset``).
         spec: the learning team's ``EnvSpec``.
         env_steps: env steps taken so far, summed over the training envs.
         timer: wall time per phase; ``eval`` and ``checkpoint`` are excluded from the throughput.
@@ -212,8 +217,9 @@ class RunLoop:
         self.envs: list[MultiAgentEnv] = [make_env(cfg.env, seed=self._train_seed + i * ENV_SEED_STRIDE)
                                           for i in range(num_envs)]
         self.eval_seed = self._train_seed + cfg.env.eval_seed_offset
-        self.eval_env = make_env(cfg.env, seed=self.eval_seed)
-        self.eval_env.reset(seed=self.eval_seed)  # seed its RNG once; evaluation episodes continue from it
+        games = min(run.eval_batch, run.eval_episodes)
+        self.eval_env: MultiAgentEnv | BatchedMultiAgentEnv = (
+            make_batch(cfg.env, games, seed=self.eval_seed) if games > 0 else make_env(cfg.env, seed=self.eval_seed))
         self.spec = self.envs[0].spec
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"
@@ -254,20 +260,24 @@ class RunLoop:
         """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
         return self.timer.total.get("eval", 0.0) + self.timer.total.get("checkpoint", 0.0)
 
-    def evaluate(self, act: ActFn, extra: dict[str, Any] | None = None,
-                 on_reset: Callable[[], None] | None = None) -> dict[str, Any]:
+    def evaluate(self, act: BatchActFn, extra: dict[str, Any] | None = None,
+                 on_reset: BatchResetFn | None = None) -> dict[str, Any]:
         """Greedy evaluation episodes on the evaluation env; append the metrics row and log it.
 
+        Evaluation i (i = rows already in metrics.csv, so a resumed run continues the count) plays the
+        episodes seeded ``episode_seeds(eval_seed, i, run.eval_episodes)``.
+
         Args:
-            act: ``(obs_NO, alive_N) -> actions_N`` of the learning team.
+            act: ``(obs_ENO, alive_EN) -> actions_EN`` of the learning team for E games at once.
             extra: trainer columns (loss, entropy, ...) for this row.
-            on_reset: called at the start of every evaluation episode (recurrent policies reset their state).
+            on_reset: called with E when E evaluation episodes start (recurrent policies reset their state).
 
         Returns:
             The row written to metrics.csv.
         """
         with self.timer("eval"):
-            res = evaluate(self.eval_env, act, self.cfg.run.eval_episodes, on_reset)
+            seeds = episode_seeds(self.eval_seed, len(self.metrics.rows), self.cfg.run.eval_episodes)
+            res = evaluate_episodes(self.eval_env, act, seeds, on_reset)
         elapsed = time.perf_counter() - self.t_start
         row: dict[str, Any] = {"env_steps": self.env_steps, **res.as_row(self.spec.learner_ids)}
         row["train_return_mean"] = float(np.mean(self.train_returns)) if self.train_returns else float("nan")
@@ -328,12 +338,11 @@ class RunLoop:
             self.metrics.restore(raw["metrics"])  # exactly the rows up to the checkpoint
         else:  # format 1: execute checked metrics.csv; rows logged after the checkpoint are logged again
             self.metrics.truncate_after(self.env_steps)
-        self.eval_env.reset(seed=self.eval_seed + self.env_steps)
         self._resumed = True
         return raw["trainer"]
 
-    def finish(self, act: ActFn, final_state: dict[str, Any], extra: dict[str, Any] | None = None,
-               on_reset: Callable[[], None] | None = None) -> Summary:
+    def finish(self, act: BatchActFn, final_state: dict[str, Any], extra: dict[str, Any] | None = None,
+               on_reset: BatchResetFn | None = None) -> Summary:
         """Evaluate at the final step (unless just done), write ``final.pt`` (networks for later use), close envs.
 
         Args:

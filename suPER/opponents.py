@@ -30,7 +30,7 @@ import json
 import math
 import pickle
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ import torch
 from suPER import config as C
 from suPER.envs import OPPONENT_KINDS, MultiAgentEnv
 from suPER.envs import make_env as _make_env
+from suPER.envs.batched import LockstepBatch
+from suPER.evaluation import BatchActFn, episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 from suPER.models.qnet import ReferenceQNet, batched_from_reference
 from suPER.runs import atomic_write_bytes
@@ -280,6 +282,34 @@ class NetworkOpponent:
             actions_M = np.where(explore_M, self.rng.integers(0, self.net.n_actions, m), actions_M)
         return actions_M
 
+    @torch.no_grad()
+    def act_batch(self, obs_EMO: np.ndarray, alive_EM: np.ndarray,
+                  peers: Sequence[NetworkOpponent] | None = None) -> np.ndarray:
+        """Actions [E, M] for E games at once: one forward over all E x M observations.
+
+        Args:
+            obs_EMO: float32 [E, M, *obs_shape], game e's opponents in row e.
+            alive_EM: bool [E, M].
+            peers: game e's own policy at index e (default: this one for every game); its generator draws
+                game e's exploration, so a game explores exactly as when it is played alone. Every peer must
+                act with this policy's network.
+
+        Raises:
+            ValueError: a peer with another network.
+        """
+        obs = torch.as_tensor(np.asarray(obs_EMO, dtype=np.float32))
+        e = obs.shape[0]
+        actions_EM = self.net(obs.transpose(0, 1)).argmax(-1).T.numpy().astype(np.int64)
+        peers = [self] * e if peers is None else list(peers)
+        if any(p.net is not self.net for p in peers):
+            raise ValueError("NetworkOpponent.act_batch: every game's opponent must share this network")
+        for g, p in enumerate(peers):
+            if p.epsilon > 0:
+                m = actions_EM.shape[1]
+                explore_M = p.rng.random(m) < p.epsilon
+                actions_EM[g] = np.where(explore_M, p.rng.integers(0, p.net.n_actions, m), actions_EM[g])
+        return actions_EM
+
 
 def opponent_path(env_name: str, opponent: str) -> Path:
     """``pretrained`` -> the shipped ``experiments/opponents/<env>.safetensors``; anything else is a path."""
@@ -313,6 +343,37 @@ def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
     return env
 
 
+MATCH_BATCH = 20
+"""games a match (``opponents eval``, self-play snapshot matches) plays together in lockstep"""
+
+
+def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> LockstepBatch:
+    """``num_games`` games of ``make_env(cfg)`` stepped in lockstep (``suPER.envs.batched.LockstepBatch``).
+
+    A network opponent's weights are loaded once and shared by every game (its actions for all games come
+    from one forward per step); game g's opponent generator (epsilon draws) is seeded ``seed + g``.
+
+    Args:
+        cfg: env config, as for ``make_env``.
+        num_games: E >= 1.
+        seed: seeds the games' opponent generators (the games themselves are seeded by ``reset(seeds)``).
+    """
+    first = make_env(cfg, seed=seed)
+
+    def make_one(g: int) -> MultiAgentEnv:
+        if g == 0:
+            return first
+        game_seed = None if seed is None else seed + g
+        if not has_network_opponent(cfg):
+            return make_env(cfg, seed=game_seed)
+        env = _make_env(cfg, seed=game_seed, opponent=_Placeholder())
+        shared = first.opponent  # type: ignore[attr-defined]
+        env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        return env
+
+    return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails
+
+
 OPPONENT_ENVS = ("battle", "adversarial_pursuit")
 """Envs with an opponent team."""
 
@@ -332,9 +393,6 @@ def check_opponent(cfg: C.EnvConfig) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # matches
-
-
-ActFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -383,28 +441,24 @@ OUTCOME: dict[str, Callable[[int, int, float], int]] = {
 """env -> outcome rule (team alive, opponent alive, opponent return) -> +1 / 0 / -1 for the team"""
 
 
-def play(env: MultiAgentEnv, act: ActFn, episodes: int, seed: int) -> MatchResult:
+def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, seed: int) -> MatchResult:
     """Play ``episodes`` episodes of the env's learners (acting with ``act``) against its opponent.
 
-    The env is reset with ``seed`` once and continues its RNG stream after that, so a fixed seed gives a
-    fixed set of episodes (for a deterministic team and opponent).
+    Episode k is seeded ``episode_seeds(seed, 0, episodes)[k]``, so a fixed seed gives a fixed set of episodes
+    (for a deterministic team and opponent), the same whether they are played one at a time on an env or as
+    a batch of games (``make_batch``: one batched call of each team per step).
+
+    Args:
+        env: one env (episodes one at a time) or a batch of games.
+        act: ``(obs_ENO, alive_EN) -> actions_EN`` of the learning team (``team_policy``).
+        episodes: K.
+        seed: the match seed.
     """
-    k = episodes
-    team_K, opp_K, out_K, len_K = np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    ep = play_episodes(env, act, episode_seeds(seed, 0, episodes))
     rule = OUTCOME[env.spec.name]
-    for e in range(k):
-        obs_NO = env.reset(seed=seed if e == 0 else None)
-        alive_N = np.ones(env.spec.n_agents, dtype=bool)
-        while True:
-            res = env.step(act(obs_NO, alive_N))
-            team_K[e] += float(np.where(alive_N, res.reward_N, 0.0).sum())
-            opp_K[e] += res.info.get("opponent_reward", 0.0)
-            len_K[e] += 1
-            if res.episode_over:
-                out_K[e] = rule(int(res.alive_N.sum()), int(res.info.get("opponent_alive", 0)), opp_K[e])
-                break
-            obs_NO, alive_N = res.obs_NO, res.alive_N
-    return MatchResult(team_K, opp_K, out_K, len_K)
+    out_K = np.array([rule(int(a), int(o), float(r)) for a, o, r in
+                      zip(ep.team_alive_K, ep.opponent_alive_K, ep.opponent_return_K)], dtype=np.int64)
+    return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, out_K, ep.length_K)
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -433,30 +487,35 @@ def bootstrap_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
 # teams for `opponents eval`
 
 
-def team_policy(spec: str, env: MultiAgentEnv, seed: int, allow_pickle: bool = False) -> ActFn:
-    """The learning side of a match: ``random``, a run's ``checkpoints/final.pt`` or a team file.
+def team_policy(spec: str, env: MultiAgentEnv | LockstepBatch, seed: int, allow_pickle: bool = False) -> BatchActFn:
+    """The learning side of a match: ``random``, a run's ``checkpoints/final.pt`` or a team file, as a batched
+    act ``(obs_ENO, alive_EN) -> actions_EN``.
 
     A run checkpoint holds P = N policies (independent learners) or P = 1 (parameter sharing); a
     self-play checkpoint (P = all agents) contributes the learning team's policies.
     """
+    if isinstance(env, LockstepBatch):
+        env = env.games[0]  # the games' common shapes and ids
     n, n_actions = env.spec.n_agents, env.spec.n_actions
     if spec == "random":
         rng = np.random.default_rng(seed)
-        return lambda obs, alive: rng.integers(0, n_actions, n)
+        return lambda obs, alive: rng.integers(0, n_actions, (len(obs), n))
     path = Path(spec)
     if path.suffix == ".pt":
         net = _net_from_checkpoint(path, env)
     else:
         net, _ = load_team(path, env, "team", allow_pickle)
-    policy = NetworkOpponent(net, 0.0, seed)
     if net.n_policies == 1 and n > 1:
         return lambda obs, alive: _shared_act(net, obs)
-    return policy.act
+    return NetworkOpponent(net, 0.0, seed).act_batch
 
 
 @torch.no_grad()
-def _shared_act(net: BatchedQNet, obs_NO: np.ndarray) -> np.ndarray:
-    return net(torch.as_tensor(np.asarray(obs_NO, dtype=np.float32))[None])[0].argmax(-1).numpy().astype(np.int64)
+def _shared_act(net: BatchedQNet, obs_ENO: np.ndarray) -> np.ndarray:
+    """Greedy actions [E, N] of one shared network for every learner of E games."""
+    e, n = obs_ENO.shape[:2]
+    obs = torch.as_tensor(np.asarray(obs_ENO, dtype=np.float32)).reshape(1, e * n, *obs_ENO.shape[2:])
+    return net(obs)[0].argmax(-1).reshape(e, n).numpy().astype(np.int64)
 
 
 def _net_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:

@@ -33,10 +33,12 @@ import torch
 from suPER import config as C
 from suPER.models import BatchedQNet
 from suPER.opponents import (
+    MATCH_BATCH,
     OPPONENT_ENVS,
     OPPONENTS_DIR,
     TeamMeta,
     load_team,
+    make_batch,
     make_env,
     play,
     save_team,
@@ -143,7 +145,7 @@ def evaluate_snapshots(cfg: C.ExperimentConfig, snaps: list[Snapshot], episodes:
 
     def match(opponent: str, team: str, label: str, steps: int, against: str) -> None:
         env_cfg = replace(cfg.env, opponent=opponent, opponent_epsilon=0.0)
-        env = make_env(env_cfg, seed=seed)
+        env = make_batch(env_cfg, min(episodes, MATCH_BATCH), seed=seed)
         try:
             s = play(env, team_policy(team, env, seed), episodes, seed).summary(seed)
         finally:

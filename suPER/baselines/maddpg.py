@@ -96,12 +96,15 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     eval_rng = np.random.default_rng(cfg.run.seed + 3)  # evaluation draws never touch training randomness
 
     @torch.no_grad()
-    def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
-        """Evaluation actions: argmax of each actor's logits, or (``eval_mode=sample``) a Gumbel-max draw."""
-        logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))[:, 0].cpu().numpy()
+    def greedy(obs_ENO: np.ndarray, alive_EN: np.ndarray | None = None) -> np.ndarray:
+        """Evaluation actions [E, N] of E games: argmax of each actor's logits, or (``eval_mode=sample``) a
+        Gumbel-max draw; one forward with learner n's actor on its E observations."""
+        e = obs_ENO.shape[0]
+        obs_NEO = torch.as_tensor(obs_ENO, device=device).reshape(e, N, OBS).transpose(0, 1)
+        logits_ENA = actor(obs_NEO).transpose(0, 1).cpu().numpy()
         if m.eval_mode == "sample":
-            logits_NA = logits_NA / m.gumbel_temperature - np.log(-np.log(eval_rng.random(logits_NA.shape)))
-        return logits_NA.argmax(-1)
+            logits_ENA = logits_ENA / m.gumbel_temperature - np.log(-np.log(eval_rng.random(logits_ENA.shape)))
+        return logits_ENA.argmax(-1)
 
     @torch.no_grad()
     def explore(obs_NO: np.ndarray) -> np.ndarray:

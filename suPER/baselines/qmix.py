@@ -139,17 +139,19 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         rng=np.random.default_rng(cfg.run.seed + 1))
     episode = {k: np.zeros_like(v[0]) for k, v in buffer.data.items()}  # the episode being collected
 
-    eval_h = torch.zeros(1, N, q.rnn_hidden, device=device)
+    eval_h = [torch.zeros(1, N, q.rnn_hidden, device=device)]  # [1, E*N, H]: game e's learners at e*N..
 
-    def eval_reset() -> None:
-        eval_h.zero_()
+    def eval_reset(num_games: int) -> None:
+        """E evaluation episodes start: a zero hidden state per game and learner."""
+        eval_h[0] = torch.zeros(1, num_games * N, q.rnn_hidden, device=device)
 
     @torch.no_grad()
-    def greedy(obs_NO: np.ndarray, alive_N: np.ndarray | None = None) -> np.ndarray:
-        """argmax of each learner's Q, carrying the evaluation hidden state (``eval_reset`` clears it)."""
-        q_1NA, h = agent(torch.as_tensor(obs_NO, device=device).reshape(1, N, OBS), eval_h)
-        eval_h.copy_(h)
-        return q_1NA[0].argmax(-1).cpu().numpy()
+    def greedy(obs_ENO: np.ndarray, alive_EN: np.ndarray | None = None) -> np.ndarray:
+        """argmax of each learner's Q in E games [E, N], carrying the evaluation hidden state (``eval_reset``
+        sizes and clears it)."""
+        e = obs_ENO.shape[0]
+        q_1BA, eval_h[0] = agent(torch.as_tensor(obs_ENO, device=device).reshape(1, e * N, OBS), eval_h[0])
+        return q_1BA[0].argmax(-1).reshape(e, N).cpu().numpy()
 
     def trainer_state() -> dict[str, Any]:
         return {"agent": agent.state_dict(), "mixer": mixer.state_dict(), "target_agent": target_agent.state_dict(),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from suPER.config import EnvConfig, load_env_defaults
 from suPER.envs.base import EnvSpec, MultiAgentEnv, OpponentPolicy, RandomOpponent, StepResult
 from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
@@ -58,8 +60,8 @@ def make_env(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPolicy |
     Args:
         cfg: env section of the experiment config (name, kwargs, horizon, opponent,
             pad_like_original).
-        seed: seeds the fixed random opponent's generator (the env itself is seeded by the first
-            ``reset(seed)``, as the original did).
+        seed: seeds the fixed random opponent's generator until the first ``reset(seed)``, which reseeds it
+            with the episode's seed (the env itself is seeded by ``reset(seed)``, as the original did).
         opponent: the opponent team's policy, built by the caller for ``env.opponent`` values other
             than random / learning (``suPER.opponents.make_env`` does this); overrides ``cfg.opponent``.
 
@@ -79,7 +81,12 @@ def make_env(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPolicy |
                          f"suPER.opponents.make_env (or pass opponent=), or use one of {', '.join(OPPONENT_KINDS)}")
     self_play = opponent is None and cfg.opponent == "learning"
     env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original, self_play=self_play)
-    env.set_opponent(opponent if opponent is not None else RandomOpponent(env.opponent_n_actions, seed=seed))
+    if opponent is not None:
+        env.set_opponent(opponent)
+    elif seed is not None:
+        # the adapter's own random opponent: every reset(seed) reseeds it, so an episode depends only on its
+        # seed (evaluation episodes are seeded one by one); until then it draws from ``seed``
+        env.opponent.rng = np.random.default_rng(seed)
     return env
 
 

@@ -170,11 +170,23 @@ class MAgentEnv:
         self._opp_alive_M[:] = [a in obs for a in self.spec.opponent_ids]
         return self._obs_NO.copy()
 
-    def step(self, actions_N: np.ndarray) -> StepResult:
+    def opponent_view(self) -> tuple[np.ndarray, np.ndarray]:
+        """What the opponent policy sees before the next step (for a batch that acts for many games at once).
+
+        Returns:
+            (float32 obs [M, *opponent_obs_shape], bool alive [M]): views of internal buffers, valid until
+            the next ``step``/``reset`` (copy before keeping them).
+        """
+        return self._opp_obs_MO, self._opp_alive_M
+
+    def step(self, actions_N: np.ndarray, opponent_actions_M: np.ndarray | None = None) -> StepResult:
         """Advance one env step: learners act with ``actions_N``, opponents with their policy.
 
         Args:
             actions_N: int [N] actions in [0, n_actions); entries of dead learners are ignored.
+            opponent_actions_M: the opponents' actions for this step, computed by the caller from
+                ``opponent_view()`` (``suPER.envs.batched.LockstepBatch`` batches them over games); None =
+                ask ``self.opponent``.
 
         Returns:
             StepResult over the N learners; info has 'all_agent_reward' (every agent, opponents
@@ -189,7 +201,9 @@ class MAgentEnv:
         if acts_N.shape[0] != n:
             raise ValueError(f"{type(self).__name__}.step: expected {n} actions, got shape {np.shape(actions_N)}")
         # act (opponents): one batched call over all M rows, dead rows are zeros and masked
-        opp_M = np.asarray(self.opponent.act(self._opp_obs_MO, self._opp_alive_M.copy()), dtype=np.int64)
+        if opponent_actions_M is None:
+            opponent_actions_M = self.opponent.act(self._opp_obs_MO, self._opp_alive_M.copy())
+        opp_M = np.asarray(opponent_actions_M, dtype=np.int64).reshape(-1)
         acts_N = np.where(acts_N < self._learner_native_n_N, acts_N, 0).tolist()
         opp_M = np.where(opp_M < self._opp_native_n_M, opp_M, 0).tolist()
         actions = {}

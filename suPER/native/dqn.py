@@ -108,6 +108,14 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         q_PBA = q_values(q_net, obs_NO.reshape(n_pol, n_agents // n_pol, *obs_shape))
         return q_PBA.argmax(-1).reshape(n_agents).cpu().numpy()
 
+    @torch.no_grad()
+    def greedy_batch(obs_ENO: np.ndarray | torch.Tensor, alive_EN: np.ndarray | None = None) -> np.ndarray:
+        """Greedy actions [E, N] of E games (evaluation): one forward, game e's learner n in policy n // G's batch."""
+        e, g = obs_ENO.shape[0], n_agents // n_pol
+        obs_PBO = torch.as_tensor(obs_ENO, device=device).reshape(e, n_pol, g, *obs_shape).transpose(0, 1)
+        q_PBA = q_values(q_net, obs_PBO.reshape(n_pol, e * g, *obs_shape))
+        return q_PBA.argmax(-1).reshape(n_pol, e, g).transpose(0, 1).reshape(e, n_agents).cpu().numpy()
+
     def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
         """Q of the actions taken, [P, B]."""
         return q_PBA.gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
@@ -190,7 +198,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         losses[:] = state["losses"]
     obs_NO = loop.reset_envs()[0]  # env state is not checkpointed: a resumed run starts fresh episodes
     if saved is None:
-        loop.evaluate(greedy, eval_columns())  # step 0: the untrained greedy policy
+        loop.evaluate(greedy_batch, eval_columns())  # step 0: the untrained greedy policy
         loop.save(trainer_state())
 
     # ---- loop: one iteration = one rollout fragment
@@ -214,7 +222,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, alive_N
             ep_return_N += np.where(alive_N, res.reward_N, 0.0)
             if loop.tick():  # evaluate at exact multiples of the interval, on its own env
-                loop.evaluate(greedy, eval_columns())
+                loop.evaluate(greedy_batch, eval_columns())
             if res.episode_over:
                 loop.episode_finished(ep_return_N.sum())
                 ep_return_N[:] = 0.0
@@ -265,7 +273,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         loop.report_progress()
 
     # ---- final evaluation (unless the last step evaluated) and final.pt (networks, optimizer, counters)
-    return loop.finish(greedy, {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(),
+    return loop.finish(greedy_batch, {"q_net": q_net.state_dict(), "target_net": target_net.state_dict(),
                                 "optimizer": optimizer.state_dict(), "updates": updates}, eval_columns())
 
 
