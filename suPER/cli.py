@@ -56,16 +56,35 @@ PAPER_IGNORED = {
 """Paper flags with no meaning for the native trainer -> number of values they take (accepted, noted)."""
 
 TRUE_WORDS = ("true", "1", "yes")
+FALSE_WORDS = ("false", "0", "no")
 
 
-def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
+def paper_bool(flag: str, text: str) -> bool:
+    """The value of a paper boolean flag (``--suPER True``): only true/false, 1/0, yes/no in any case.
+
+    Why strict: the original took every other word as false, so ``--suPER Ture`` trained plain DQN.
+    """
+    if text.lower() in TRUE_WORDS:
+        return True
+    if text.lower() in FALSE_WORDS:
+        return False
+    raise UserError(f"{flag}: expected true/false, 1/0 or yes/no, got {text!r}")
+
+
+def translate_paper_args(argv: list[str], typed: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Rewrite the paper's main.py flags into this CLI's flags.
+
+    Args:
+        argv: the command line as typed.
+        typed: filled with what each rewritten flag was typed as (``"--bandwidth" -> "--suPER_bandwidth"``,
+            ``"--set env.horizon" -> "--horizon"``), so errors can name the flag the user wrote.
 
     Returns:
         (new argv, notes for flags that were accepted but have no effect here).
     """
     out: list[str] = []
     notes: list[str] = []
+    typed = {} if typed is None else typed
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -81,11 +100,14 @@ def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
             return argv[i]
 
         if flag == "--suPER":
-            out.append("--super" if value().lower() in TRUE_WORDS else "--no-super")
+            out.append("--super" if paper_bool(flag, value()) else "--no-super")
+            typed["--super"] = flag
         elif flag == "--parameter_sharing":
-            out.append("--parameter-sharing" if value().lower() in TRUE_WORDS else "--no-parameter-sharing")
+            out.append("--parameter-sharing" if paper_bool(flag, value()) else "--no-parameter-sharing")
+            typed["--parameter-sharing"] = flag
         elif flag == "--use_gpu":
             v = value()
+            typed["--device"] = flag
             try:
                 out += ["--device", "cuda" if float(v) > 0 else "cpu"]
             except ValueError as exc:
@@ -100,12 +122,15 @@ def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
         elif flag == "--batch_size":  # the paper set both the train batch and the fragment length
             v = value()
             out += ["--set", f"dqn.batch_size={v}", "--set", f"dqn.rollout_fragment_length={v}"]
+            typed.update({"--set dqn.batch_size": flag, "--set dqn.rollout_fragment_length": flag})
         elif flag == "--battle_advpursuit_against_pretrained":
             out += ["--opponent", "pretrained"]
         elif flag in PAPER_RENAMES:
             out += [PAPER_RENAMES[flag], value()]
+            typed[PAPER_RENAMES[flag]] = flag
         elif flag in PAPER_SETTINGS:
             out += ["--set", f"{PAPER_SETTINGS[flag]}={value()}"]
+            typed[f"--set {PAPER_SETTINGS[flag]}"] = flag
         elif flag in PAPER_IGNORED:
             if PAPER_IGNORED[flag] and not eq:
                 i += 1
@@ -180,31 +205,43 @@ def train(
     --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
     --env pursuit_plaindqn, --horizon, --experiment_group, --experiment_project.
     """
+    typed = _typed_flags()
     if backend not in BACKENDS:
         raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
-        raise UserError(f"--num-seeds: expected an integer >= 1, got {num_seeds}")
+        raise UserError(f"{typed.get('--num-seeds', '--num-seeds')}: expected an integer >= 1, got {num_seeds}")
     named: dict[str, Any] = {"run.seed": seed, "run.device": device, "run.threads": threads, "run.out": str(out),
                              "run.tag": tag, "run.wandb": wandb, "run.wandb_project": wandb_project,
                              "run.wandb_group": wandb_group, "run.wandb_mode": wandb_mode, "run.progress": progress,
                              "relay.enabled": super_, "dqn.parameter_sharing": parameter_sharing}
+    labels = {key: typed.get(NAMED_FLAGS[key], NAMED_FLAGS[key]) for key in named}
     if quick:
-        named.update(_quick_profile(env))
+        profile = _quick_profile(env)
+        named.update(profile)
+        labels.update({key: f"--quick ({key})" for key in profile})
     optional = {"run.num_timesteps": num_timesteps, "dqn.lr": lr, "dqn.buffer_size": buffer_size,
                 "run.eval_interval": eval_interval, "run.eval_episodes": eval_episodes, "relay.mode": super_mode,
                 "relay.bandwidth": bandwidth, "relay.window": window, "relay.team": team,
                 "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model,
                 "env.opponent_epsilon": opponent_epsilon, "env.opponent_allow_pickle": allow_pickle or None}
     named.update({k: v for k, v in optional.items() if v is not None})
+    labels.update({k: typed.get(NAMED_FLAGS[k], NAMED_FLAGS[k]) for k, v in optional.items() if v is not None})
+    labels["run.algo"] = typed.get("--algo", "--algo")
     if legacy:
         named.update(legacy_settings(super_mode))
+        labels.update({key: f"--legacy ({key})" for key in legacy_settings(super_mode)})
     overrides = _set_pairs(set_ or [])
+    labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     for i in range(num_seeds):
-        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
+        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
             from suPER.opponents import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
+            check_with_env(cfg, labels)
+            note = cfg.eval_cost_note()
+            if note:
+                print(note, file=sys.stderr)
         if skip_finished and not overwrite:
             from suPER.runs import FINISHED, RunFolder
 
@@ -215,6 +252,46 @@ def train(
 
 
 BACKENDS = ("native", "rllib")
+
+NAMED_FLAGS: dict[str, str] = {
+    **{key: "--" + name.replace("_", "-") for name, key in C.FLAG_KEYS.items()},
+    "run.seed": "--seed", "run.out": "--out", "run.progress": "--progress",
+}
+"""Dotted config key -> the ``train`` flag that sets it (errors name the flag, not the key)."""
+
+
+def _typed_flags() -> dict[str, str]:
+    """What ``main`` recorded of the paper spellings the user typed (``--bandwidth -> --suPER_bandwidth``)."""
+    try:  # typer >= 0.29 vendors click as typer._click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return dict(obj.get("typed", {})) if isinstance(obj, dict) else {}
+
+
+def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None) -> None:
+    """The checks that need the env library, run before any folder is written: ``env.kwargs`` against the
+    env's constructor (``suPER.envs.check``) and ``--team`` against the learner ids it builds.
+
+    Why the team: a team that matches no learner, or one, makes a ``..._super_*`` run that never relays.
+
+    Raises:
+        ConfigError: naming the flag as typed (``labels``) and, for the team, every learner id available.
+    """
+    from suPER.core.relay import team_mask
+    from suPER.envs.check import describe_ids, probe_env
+
+    labels = labels or {}
+    spec = probe_env(cfg.env, labels)
+    r = cfg.relay
+    if r.enabled and r.team and not cfg.dqn.parameter_sharing:
+        n = int(team_mask(spec.learner_ids, r.team).sum())
+        if n < 2:
+            raise C.ConfigError(f"{labels.get('relay.team', 'relay.team')}: expected an id substring or comma list "
+                                f"matching at least two learners of {cfg.env.name} "
+                                f"({describe_ids(spec.learner_ids)}), got {r.team!r} (matches {n})")
 
 
 def _trainer(backend: str, algo: str = "ddqn") -> Any:
@@ -727,23 +804,29 @@ def opponents_eval(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: translate paper spellings, run typer, turn input errors into one line + exit 2."""
+    """Console entry point: translate paper spellings, run typer, and turn every outcome into an exit code.
+
+    0 success, 1 a failure the command reports (failed runs of ``grid run``, failed jobs of ``grid submit
+    --wait``), 2 bad input (one line ``error: <flag>: ...``), 130 an interrupt (Ctrl-C). Why explicit: in
+    non-standalone mode typer *returns* the code of ``typer.Exit`` (and turns Ctrl-C into ``Exit(130)``)
+    instead of exiting, so ignoring the return value made all of these exit 0.
+    """
     try:  # typer >= 0.29 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover - older typer
         from click import exceptions as click_exc
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    typed: dict[str, str] = {}
     try:
-        argv, notes = translate_paper_args(argv)
+        argv, notes = translate_paper_args(argv, typed)
         for n in notes:
             print(n, file=sys.stderr)
-        app(args=argv, prog_name="super-marl", standalone_mode=False)
+        code = app(args=argv, prog_name="super-marl", standalone_mode=False, obj={"typed": typed})
     except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        return 130
+        code = exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
     except click_exc.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             print(exc.format_message(), file=sys.stderr)
@@ -760,7 +843,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise
-    return 0
+    code = code if isinstance(code, int) and not isinstance(code, bool) else 0  # a command's None return: success
+    if code == 130:
+        print("interrupted (re-run the same command to resume from the latest checkpoint)", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
         loop.report_progress()
     return loop.finish(greedy, final_state)      # last evaluation if needed, final.pt, close envs
 
-Evaluation happens at exact multiples of ``run.resolved_eval_interval`` env steps (env steps summed
+Evaluation happens at exact multiples of ``ExperimentConfig.eval_interval`` env steps (env steps summed
 over parallel envs), on a separate env with greedy actions (``suPER.evaluation.evaluate``), and
 writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
@@ -155,7 +155,7 @@ class RunLoop:
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"
         self.metrics = CSVMetrics(folder.metrics)
-        self.eval_every = run.resolved_eval_interval
+        self.eval_every = cfg.eval_interval
         self.env_steps = 0
         self.next_eval = self.eval_every
         self.timer = Timer()
