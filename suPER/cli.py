@@ -386,25 +386,48 @@ class _progress_bar:
 # envs
 
 
-@app.command()
-def envs() -> None:
-    """List the environments with their learners, opponents and spaces."""
+def print_table(title: str, columns: list[str], rows: list[list[str]], notes: tuple[str, ...] | list[str] = ()) -> None:
+    """Print a table whose cells a user may copy (env names, agent ids, run folders): never truncated.
+
+    Why: rich's default tables cut long cells to ``adversarial…`` on an 80-column terminal and when
+    stdout is a pipe (where it assumes 80 columns). On a terminal every column folds instead; anywhere
+    else the rows are plain tab-separated lines (easy to grep and cut).
+    """
+    if not sys.stdout.isatty():
+        print(title)
+        for line in ([columns] + rows):
+            print("\t".join(line))
+        for n in notes:
+            print(n)
+        return
     from rich.console import Console
     from rich.table import Table
 
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    for n in notes:
+        console.print(n, soft_wrap=True)
+
+
+@app.command()
+def envs() -> None:
+    """List the environments with their learners, opponents and spaces."""
     from suPER.envs import env_info
 
-    table = Table(title="environments")
-    for col in ("env", "learners", "opponents", "obs shape", "actions", "team"):
-        table.add_column(col)
+    rows = []
     for name in C.ENV_NAMES:
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]
-        table.add_row(name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
-                      f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
-                      str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"])
-    Console().print(table)
+        rows.append([name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
+                     f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
+                     str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"]])
+    print_table("environments", ["env", "learners", "opponents", "obs shape", "actions", "team"], rows)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -534,6 +557,24 @@ def _load_grid(file: Path, seeds: str | None, filters: list[str] | None) -> tupl
     return grid, grid.select(filters or [])
 
 
+def _check_grid_with_env(selected: list[Any], out: Path) -> None:
+    """``check_with_env`` for every distinct env setting of a grid's runs, errors prefixed FILE:LINE."""
+    seen: set[str] = set()
+    for r in selected:
+        if r.pending:
+            continue
+        cfg = r.config(out)
+        key = repr((cfg.env.name, sorted(cfg.env.kwargs.items()), cfg.relay.enabled, cfg.relay.team,
+                    cfg.dqn.parameter_sharing))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_with_env(cfg)
+        except C.ConfigError as exc:
+            raise UserError(f"{r.where}: entry {r.entry!r}: {exc}") from None
+
+
 @grid_app.command("list")
 def grid_list(
     file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
@@ -567,26 +608,21 @@ def grid_list(
         return
     if format_ != "table":
         raise UserError(f"--format: expected table, cli, names or json, got {format_!r}")
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{grid.name}: {file}", title_justify="left")
-    for col in ("entry", "env", "algo", "seed", "run folder", "status", "flags"):
-        table.add_column(col, overflow="fold")
     pairs = {id(r): _flag_pairs(r.cli_args()[6:]) for r in selected}
     common = set.intersection(*(set(p) for p in pairs.values())) if pairs else set()
     counts: dict[str, int] = {}
+    rows = []
     for r in selected:
         status = "pending" if r.pending else (runs.RunFolder(out / r.run_name).status() or "-")
         counts[status] = counts.get(status, 0) + 1
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
-        table.add_row(r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags)
-    console = Console(width=max(Console().width, 160))
-    console.print(table)
+        rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags])
+    notes = []
     if common:
-        console.print("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
+        notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+    notes.append(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+    print_table(f"{grid.name}: {file}", ["entry", "env", "algo", "seed", "run folder", "status", "flags"], rows, notes)
 
 
 @grid_app.command("run")
@@ -621,6 +657,7 @@ def grid_run(
     if not selected:
         raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
     out = out or grid.default_out
+    _check_grid_with_env(selected, out)
     run_fields: dict[str, Any] = {}
     if wandb is not None:
         run_fields["wandb"] = wandb
@@ -674,6 +711,7 @@ def grid_submit(
     if not [r for r in selected if not r.pending]:
         raise UserError(f"--filter: no runnable run of {file} matches {' '.join(filter_ or [])!r}")
     out = out or f"~/super-marl-runs/{grid.name}"
+    _check_grid_with_env(selected, Path(out))
     jobs = campaigns.plan_jobs(grid, selected, out, per=per, cpus=cpus, gpus=gpus, filters=filter_ or (),
                                seeds=seeds, wandb=wandb, wandb_project=wandb_project)
     if print_jobs:

@@ -352,7 +352,7 @@ class ExperimentConfig:
               f"--algo {u.algo}")
         for key in ("run.name", "run.tag"):
             value = getattr(u, key.split(".")[1])
-            check(_is_folder_name(value, allow_empty=True), key, "a folder name without '/', '\\' or '..'", value)
+            check(is_folder_name(value, allow_empty=True), key, "a folder name without '/', '\\' or '..'", value)
         return self
 
     @property
@@ -550,7 +550,7 @@ def _in_range(spec: str, v: Any) -> tuple[str, bool]:
     return expected, ok
 
 
-def _is_folder_name(name: str, allow_empty: bool = False) -> bool:
+def is_folder_name(name: str, allow_empty: bool = False) -> bool:
     """A single path component: no separators, no ``..``, no NUL (a run name or tag becomes a folder name)."""
     if not name:
         return allow_empty

@@ -412,8 +412,9 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         merged = _load_raw(base, (*seen, path.resolve()))
     at = {k: f"{file}:{_line(data, k)}" for k in data}
     if "name" in data:
-        if not isinstance(data["name"], str) or not data["name"] or "/" in data["name"]:
-            raise GridError(f"{at['name']}: name: expected a folder name, got {data['name']!r}")
+        if not isinstance(data["name"], str) or not C.is_folder_name(data["name"]):
+            raise GridError(f"{at['name']}: name: expected a folder name without '/', '\\' or '..', "
+                            f"got {data['name']!r}")
         merged["name"] = data["name"]
     if "description" in data:
         merged["description"] = str(data["description"])
