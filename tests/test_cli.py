@@ -53,7 +53,7 @@ def test_envs_command_lists_three_envs() -> None:
 @pytest.mark.parametrize(("args", "flag"), [
     (["--env", "chess"], "--env"),
     (["--num-timesteps", "-5"], "--num-timesteps"),
-    (["--num_timesteps", "-5"], "--num-timesteps"),
+    (["--num_timesteps", "-5"], "--num_timesteps:"),
     (["--super", "--bandwidth", "1.5"], "--bandwidth:"),
     (["--suPER_bandwidth", "-0.2"], "--suPER_bandwidth"),
     (["--super-mode", "median"], "--super-mode:"),
