@@ -239,9 +239,6 @@ def train(
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
             check_with_env(cfg, labels)
-            note = cfg.eval_cost_note()
-            if note:
-                print(note, file=sys.stderr)
         if skip_finished and not overwrite:
             from suPER.runs import FINISHED, RunFolder
 
@@ -332,6 +329,9 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
         console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
                       f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
                       f"{cfg.run.num_timesteps} env steps {what} {folder.path}")
+        note = cfg.eval_cost_note()
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         update[0] = bar.__enter__()
 
     def on_progress(env_steps: int, stats: dict[str, float]) -> None:

@@ -167,7 +167,9 @@ class GridRun:
         if out is not None:
             named["run.out"] = str(out)
         named.update({f"run.{k}": v for k, v in run_fields.items()})
-        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named)
+        labels = {C.FLAG_KEYS[k]: k for k in self.flags if k in C.FLAG_KEYS}  # errors name the grid's own keys
+        labels.update({dotted: f"set: {dotted}" for dotted in self.overrides})
+        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
 
     @property
     def run_name(self) -> str:
