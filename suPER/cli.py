@@ -262,7 +262,7 @@ def _typed_flags() -> dict[str, str]:
     try:  # typer >= 0.29 vendors click as typer._click
         from typer._click.globals import get_current_context
     except ImportError:  # pragma: no cover - older typer
-        from click import get_current_context
+        from click import get_current_context  # type: ignore[no-redef]
     ctx = get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
     return dict(obj.get("typed", {})) if isinstance(obj, dict) else {}
