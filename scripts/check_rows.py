@@ -4,8 +4,8 @@
     python scripts/check_rows.py runs/fig1 [results/fig1 ...]
 
 For every run folder below the given folders (a folder with ``config.json`` and ``metrics.csv``) the
-evaluation schedule is ``k * I`` env steps, ``I = run.eval_interval`` or ``num_timesteps // eval_points``
-(``RunConfig.resolved_eval_interval``), after the untrained evaluation at step 0. A run's rows are correct
+evaluation schedule is ``k * I`` env steps, ``I = run.eval_interval`` or ``max(env.horizon, num_timesteps // eval_points)``
+(``ExperimentConfig.eval_interval``), after the untrained evaluation at step 0. A run's rows are correct
 when their ``env_steps // I`` are exactly ``0, 1, 2, ..., K`` (none missing, none twice, in order), and a
 finished run has ``K = num_timesteps // I``. Prints one line per run and exits 1 if any run is wrong.
 """
@@ -22,7 +22,8 @@ def check(folder: Path) -> tuple[bool, str]:
     """``(ok, what was found)`` for one run folder."""
     cfg = json.loads((folder / "config.json").read_text())
     run = cfg["run"]
-    interval = run["eval_interval"] or max(1, run["num_timesteps"] // max(1, run["eval_points"]))
+    horizon = cfg.get("env", {}).get("horizon", 1)
+    interval = run["eval_interval"] or max(1, horizon, run["num_timesteps"] // max(1, run["eval_points"]))
     with open(folder / "metrics.csv", newline="") as fh:
         steps = [int(float(row["env_steps"])) for row in csv.DictReader(fh)]
     try:

@@ -56,16 +56,35 @@ PAPER_IGNORED = {
 """Paper flags with no meaning for the native trainer -> number of values they take (accepted, noted)."""
 
 TRUE_WORDS = ("true", "1", "yes")
+FALSE_WORDS = ("false", "0", "no")
 
 
-def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
+def paper_bool(flag: str, text: str) -> bool:
+    """The value of a paper boolean flag (``--suPER True``): only true/false, 1/0, yes/no in any case.
+
+    Why strict: the original took every other word as false, so ``--suPER Ture`` trained plain DQN.
+    """
+    if text.lower() in TRUE_WORDS:
+        return True
+    if text.lower() in FALSE_WORDS:
+        return False
+    raise UserError(f"{flag}: expected true/false, 1/0 or yes/no, got {text!r}")
+
+
+def translate_paper_args(argv: list[str], typed: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Rewrite the paper's main.py flags into this CLI's flags.
+
+    Args:
+        argv: the command line as typed.
+        typed: filled with what each rewritten flag was typed as (``"--bandwidth" -> "--suPER_bandwidth"``,
+            ``"--set env.horizon" -> "--horizon"``), so errors can name the flag the user wrote.
 
     Returns:
         (new argv, notes for flags that were accepted but have no effect here).
     """
     out: list[str] = []
     notes: list[str] = []
+    typed = {} if typed is None else typed
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -81,11 +100,14 @@ def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
             return argv[i]
 
         if flag == "--suPER":
-            out.append("--super" if value().lower() in TRUE_WORDS else "--no-super")
+            out.append("--super" if paper_bool(flag, value()) else "--no-super")
+            typed["--super"] = flag
         elif flag == "--parameter_sharing":
-            out.append("--parameter-sharing" if value().lower() in TRUE_WORDS else "--no-parameter-sharing")
+            out.append("--parameter-sharing" if paper_bool(flag, value()) else "--no-parameter-sharing")
+            typed["--parameter-sharing"] = flag
         elif flag == "--use_gpu":
             v = value()
+            typed["--device"] = flag
             try:
                 out += ["--device", "cuda" if float(v) > 0 else "cpu"]
             except ValueError as exc:
@@ -100,12 +122,15 @@ def translate_paper_args(argv: list[str]) -> tuple[list[str], list[str]]:
         elif flag == "--batch_size":  # the paper set both the train batch and the fragment length
             v = value()
             out += ["--set", f"dqn.batch_size={v}", "--set", f"dqn.rollout_fragment_length={v}"]
+            typed.update({"--set dqn.batch_size": flag, "--set dqn.rollout_fragment_length": flag})
         elif flag == "--battle_advpursuit_against_pretrained":
             out += ["--opponent", "pretrained"]
         elif flag in PAPER_RENAMES:
             out += [PAPER_RENAMES[flag], value()]
+            typed[PAPER_RENAMES[flag]] = flag
         elif flag in PAPER_SETTINGS:
             out += ["--set", f"{PAPER_SETTINGS[flag]}={value()}"]
+            typed[f"--set {PAPER_SETTINGS[flag]}"] = flag
         elif flag in PAPER_IGNORED:
             if PAPER_IGNORED[flag] and not eq:
                 i += 1
@@ -180,31 +205,40 @@ def train(
     --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
     --env pursuit_plaindqn, --horizon, --experiment_group, --experiment_project.
     """
+    typed = _typed_flags()
     if backend not in BACKENDS:
         raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
-        raise UserError(f"--num-seeds: expected an integer >= 1, got {num_seeds}")
+        raise UserError(f"{typed.get('--num-seeds', '--num-seeds')}: expected an integer >= 1, got {num_seeds}")
     named: dict[str, Any] = {"run.seed": seed, "run.device": device, "run.threads": threads, "run.out": str(out),
                              "run.tag": tag, "run.wandb": wandb, "run.wandb_project": wandb_project,
                              "run.wandb_group": wandb_group, "run.wandb_mode": wandb_mode, "run.progress": progress,
                              "relay.enabled": super_, "dqn.parameter_sharing": parameter_sharing}
+    labels = {key: typed.get(NAMED_FLAGS[key], NAMED_FLAGS[key]) for key in named}
     if quick:
-        named.update(_quick_profile(env))
+        profile = _quick_profile(env)
+        named.update(profile)
+        labels.update({key: f"--quick ({key})" for key in profile})
     optional = {"run.num_timesteps": num_timesteps, "dqn.lr": lr, "dqn.buffer_size": buffer_size,
                 "run.eval_interval": eval_interval, "run.eval_episodes": eval_episodes, "relay.mode": super_mode,
                 "relay.bandwidth": bandwidth, "relay.window": window, "relay.team": team,
                 "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model,
                 "env.opponent_epsilon": opponent_epsilon, "env.opponent_allow_pickle": allow_pickle or None}
     named.update({k: v for k, v in optional.items() if v is not None})
+    labels.update({k: typed.get(NAMED_FLAGS[k], NAMED_FLAGS[k]) for k, v in optional.items() if v is not None})
+    labels["run.algo"] = typed.get("--algo", "--algo")
     if legacy:
         named.update(legacy_settings(super_mode))
+        labels.update({key: f"--legacy ({key})" for key in legacy_settings(super_mode)})
     overrides = _set_pairs(set_ or [])
+    labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     for i in range(num_seeds):
-        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i})
+        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
             from suPER.opponents import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
+            check_with_env(cfg, labels)
         if (skip_finished or num_seeds > 1) and not overwrite:  # several seeds: rerun after a crash = resume the rest
             from suPER.runs import FINISHED, RunFolder
 
@@ -215,6 +249,46 @@ def train(
 
 
 BACKENDS = ("native", "rllib")
+
+NAMED_FLAGS: dict[str, str] = {
+    **{key: "--" + name.replace("_", "-") for name, key in C.FLAG_KEYS.items()},
+    "run.seed": "--seed", "run.out": "--out", "run.progress": "--progress",
+}
+"""Dotted config key -> the ``train`` flag that sets it (errors name the flag, not the key)."""
+
+
+def _typed_flags() -> dict[str, str]:
+    """What ``main`` recorded of the paper spellings the user typed (``--bandwidth -> --suPER_bandwidth``)."""
+    try:  # typer >= 0.29 vendors click as typer._click
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer
+        from click import get_current_context  # type: ignore[no-redef]
+    ctx = get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return dict(obj.get("typed", {})) if isinstance(obj, dict) else {}
+
+
+def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None) -> None:
+    """The checks that need the env library, run before any folder is written: ``env.kwargs`` against the
+    env's constructor (``suPER.envs.check``) and ``--team`` against the learner ids it builds.
+
+    Why the team: a team that matches no learner, or one, makes a ``..._super_*`` run that never relays.
+
+    Raises:
+        ConfigError: naming the flag as typed (``labels``) and, for the team, every learner id available.
+    """
+    from suPER.core.relay import team_mask
+    from suPER.envs.check import describe_ids, probe_env
+
+    labels = labels or {}
+    spec = probe_env(cfg.env, labels)
+    r = cfg.relay
+    if r.enabled and r.team and not cfg.dqn.parameter_sharing:
+        n = int(team_mask(spec.learner_ids, r.team).sum())
+        if n < 2:
+            raise C.ConfigError(f"{labels.get('relay.team', 'relay.team')}: expected an id substring or comma list "
+                                f"matching at least two learners of {cfg.env.name} "
+                                f"({describe_ids(spec.learner_ids)}), got {r.team!r} (matches {n})")
 
 
 def _trainer(backend: str, algo: str = "ddqn") -> Any:
@@ -255,6 +329,9 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
         console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
                       f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
                       f"{cfg.run.num_timesteps} env steps {what} {folder.path}")
+        note = cfg.eval_cost_note()
+        if note:
+            console.print(note, soft_wrap=True, markup=False)
         update[0] = bar.__enter__()
 
     def on_progress(env_steps: int, stats: dict[str, float]) -> None:
@@ -315,25 +392,48 @@ class _progress_bar:
 # envs
 
 
-@app.command()
-def envs() -> None:
-    """List the environments with their learners, opponents and spaces."""
+def print_table(title: str, columns: list[str], rows: list[list[str]], notes: tuple[str, ...] | list[str] = ()) -> None:
+    """Print a table whose cells a user may copy (env names, agent ids, run folders): never truncated.
+
+    Why: rich's default tables cut long cells to ``adversarial…`` on an 80-column terminal and when
+    stdout is a pipe (where it assumes 80 columns). On a terminal every column folds instead; anywhere
+    else the rows are plain tab-separated lines (easy to grep and cut).
+    """
+    if not sys.stdout.isatty():
+        print(title)
+        for line in ([columns] + rows):
+            print("\t".join(line))
+        for n in notes:
+            print(n)
+        return
     from rich.console import Console
     from rich.table import Table
 
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    for n in notes:
+        console.print(n, soft_wrap=True)
+
+
+@app.command()
+def envs() -> None:
+    """List the environments with their learners, opponents and spaces."""
     from suPER.envs import env_info
 
-    table = Table(title="environments")
-    for col in ("env", "learners", "opponents", "obs shape", "actions", "team"):
-        table.add_column(col)
+    rows = []
     for name in C.ENV_NAMES:
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]
-        table.add_row(name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
-                      f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
-                      str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"])
-    Console().print(table)
+        rows.append([name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
+                     f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
+                     str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"]])
+    print_table("environments", ["env", "learners", "opponents", "obs shape", "actions", "team"], rows)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -554,6 +654,24 @@ def _load_grid(file: Path, seeds: str | None, filters: list[str] | None) -> tupl
     return grid, grid.select(filters or [])
 
 
+def _check_grid_with_env(selected: list[Any], out: Path) -> None:
+    """``check_with_env`` for every distinct env setting of a grid's runs, errors prefixed FILE:LINE."""
+    seen: set[str] = set()
+    for r in selected:
+        if r.pending:
+            continue
+        cfg = r.config(out)
+        key = repr((cfg.env.name, sorted(cfg.env.kwargs.items()), cfg.relay.enabled, cfg.relay.team,
+                    cfg.dqn.parameter_sharing))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_with_env(cfg)
+        except C.ConfigError as exc:
+            raise UserError(f"{r.where}: entry {r.entry!r}: {exc}") from None
+
+
 @grid_app.command("list")
 def grid_list(
     file: Annotated[Path, typer.Argument(help="grid file (YAML)")],
@@ -587,26 +705,21 @@ def grid_list(
         return
     if format_ != "table":
         raise UserError(f"--format: expected table, cli, names or json, got {format_!r}")
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{grid.name}: {file}", title_justify="left")
-    for col in ("entry", "env", "algo", "seed", "run folder", "status", "flags"):
-        table.add_column(col, overflow="fold")
     pairs = {id(r): _flag_pairs(r.cli_args()[6:]) for r in selected}
     common = set.intersection(*(set(p) for p in pairs.values())) if pairs else set()
     counts: dict[str, int] = {}
+    rows = []
     for r in selected:
         status = "pending" if r.pending else (runs.RunFolder(out / r.run_name).status() or "-")
         counts[status] = counts.get(status, 0) + 1
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
-        table.add_row(r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags)
-    console = Console(width=max(Console().width, 160))
-    console.print(table)
+        rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags])
+    notes = []
     if common:
-        console.print("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
+        notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+    notes.append(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+    print_table(f"{grid.name}: {file}", ["entry", "env", "algo", "seed", "run folder", "status", "flags"], rows, notes)
 
 
 @grid_app.command("run")
@@ -641,6 +754,7 @@ def grid_run(
     if not selected:
         raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
     out = out or grid.default_out
+    _check_grid_with_env(selected, out)
     run_fields: dict[str, Any] = {}
     if wandb is not None:
         run_fields["wandb"] = wandb
@@ -696,6 +810,7 @@ def grid_submit(
     if not [r for r in selected if not r.pending]:
         raise UserError(f"--filter: no runnable run of {file} matches {' '.join(filter_ or [])!r}")
     out = out or f"~/super-marl-runs/{grid.name}"
+    _check_grid_with_env(selected, Path(out))
     jobs = campaigns.plan_jobs(grid, selected, out, per=per, cpus=cpus, gpus=gpus, filters=filter_ or (),
                                seeds=seeds, wandb=wandb, wandb_project=wandb_project)
     if print_jobs:
@@ -889,25 +1004,29 @@ def opponents_eval(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: translate paper spellings, run typer, turn input errors into one line + exit 2."""
+    """Console entry point: translate paper spellings, run typer, and turn every outcome into an exit code.
+
+    0 success, 1 a failure the command reports (failed runs of ``grid run``, failed jobs of ``grid submit
+    --wait``), 2 bad input (one line ``error: <flag>: ...``), 130 an interrupt (Ctrl-C). Why explicit: in
+    non-standalone mode typer *returns* the code of ``typer.Exit`` (and turns Ctrl-C into ``Exit(130)``)
+    instead of exiting, so ignoring the return value made all of these exit 0.
+    """
     try:  # typer >= 0.29 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover - older typer
         from click import exceptions as click_exc
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    typed: dict[str, str] = {}
     try:
-        argv, notes = translate_paper_args(argv)
+        argv, notes = translate_paper_args(argv, typed)
         for n in notes:
             print(n, file=sys.stderr)
-        code = app(args=argv, prog_name="super-marl", standalone_mode=False)
-        if isinstance(code, int):  # typer returns a command's typer.Exit(code) (Ctrl-C: 130) instead of raising it
-            return code
+        code = app(args=argv, prog_name="super-marl", standalone_mode=False, obj={"typed": typed})
     except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        return 130
+        code = exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
     except click_exc.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             print(exc.format_message(), file=sys.stderr)
@@ -931,7 +1050,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise
-    return 0
+    code = code if isinstance(code, int) and not isinstance(code, bool) else 0  # a command's None return: success
+    if code == 130:
+        print("interrupted (re-run the same command to resume from the latest checkpoint)", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

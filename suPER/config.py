@@ -302,13 +302,6 @@ class RunConfig:
     (battle ~0.26 GB instead of 1.8 GB at full buffers); plain (``MultiAgentPER``): obs and next_obs arrays as
     before issue 15. Sampled batches are identical, and either layout resumes the other's checkpoints"""
 
-    @property
-    def resolved_eval_interval(self) -> int:
-        """Env steps between evaluations."""
-        if self.eval_interval > 0:
-            return self.eval_interval
-        return max(1, self.num_timesteps // max(1, self.eval_points))
-
 
 @dataclass
 class ExperimentConfig:
@@ -322,48 +315,72 @@ class ExperimentConfig:
     qmix: QMIXConfig = field(default_factory=QMIXConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
-    def validate(self) -> ExperimentConfig:
-        """Check ranges and cross-field arithmetic; raise ConfigError naming the offending key."""
-        _check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
-        _check(self.env.horizon >= 1, "env.horizon", "an integer >= 1", self.env.horizon)
-        _check(bool(self.env.opponent), "--opponent", "pretrained, random, learning or a PATH", self.env.opponent)
-        _check(0.0 <= self.env.opponent_epsilon <= 1.0, "env.opponent_epsilon", "a number in [0, 1]",
-               self.env.opponent_epsilon)
-        d = self.dqn
-        _check(d.lr > 0, "dqn.lr", "a positive number", d.lr)
-        _check(0 < d.gamma <= 1, "dqn.gamma", "a number in (0, 1]", d.gamma)
-        _check(d.buffer_size >= 1, "dqn.buffer_size", "an integer >= 1", d.buffer_size)
-        _check(d.batch_size >= 1, "dqn.batch_size", "an integer >= 1", d.batch_size)
-        _check(d.rollout_fragment_length >= 1, "dqn.rollout_fragment_length", "an integer >= 1",
-               d.rollout_fragment_length)
-        _check(d.learning_starts >= 0, "dqn.learning_starts", "an integer >= 0", d.learning_starts)
-        _check(d.target_update_freq >= 1, "dqn.target_update_freq", "an integer >= 1", d.target_update_freq)
-        _check(0 <= d.epsilon_final <= 1 and 0 <= d.epsilon_initial <= 1, "dqn.epsilon_initial/epsilon_final",
-               "numbers in [0, 1]", (d.epsilon_initial, d.epsilon_final))
-        _check(d.per_alpha >= 0 and d.per_beta >= 0 and d.per_eps > 0, "dqn.per_alpha/per_beta/per_eps",
-               "alpha >= 0, beta >= 0, eps > 0", (d.per_alpha, d.per_beta, d.per_eps))
+    def validate(self, labels: dict[str, str] | None = None) -> ExperimentConfig:
+        """Check every field's range and the cross-field arithmetic; raise ConfigError naming the offending key.
+
+        Why here: a value that passes this point must not crash the run later, after its folder was
+        written (a negative seed, an infinite learning rate, a gradient clip of 0). Every numeric field
+        of every section has an entry in ``RANGES`` (a test checks it), non-finite floats are refused.
+
+        Args:
+            labels: dotted key -> how the user spelled it (``--lr``, ``--suPER_bandwidth``,
+                ``--set dqn.lr``); messages use it, else the dotted key.
+        """
+        labels = labels or {}
+
+        def check(ok: bool, key: str, expected: str, got: Any) -> None:
+            _check(ok, labels.get(key, key), expected, got)
+
+        check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
+        check(bool(self.env.opponent), "env.opponent", "pretrained, random, learning or a PATH", self.env.opponent)
+        for section in (f.name for f in fields(self)):
+            for f in fields(getattr(self, section)):
+                key = f"{section}.{f.name}"
+                value = getattr(getattr(self, section), f.name)
+                if key in RANGES:
+                    expected, ok = _in_range(RANGES[key], value)
+                    check(ok, key, expected, value)
         r = self.relay
-        _check(0.0 <= r.bandwidth <= 1.0 and not math.isnan(r.bandwidth), "--suPER_bandwidth",
-               "a number in [0, 1]", r.bandwidth)
-        _check(r.window >= 1, "--suPER_window", "an integer >= 1", r.window)
-        _check(r.mode in _literal_values(RelayConfig, "mode"),
-               "--suPER_mode", f"one of {', '.join(_literal_values(RelayConfig, 'mode'))}", r.mode)
-        _check(r.insertion_priority in _literal_values(RelayConfig, "insertion_priority"),
-               "--suPER_insertion_priority", "one of max, sender, legacy", r.insertion_priority)
+        check(r.mode in _literal_values(RelayConfig, "mode"),
+              "relay.mode", f"one of {', '.join(_literal_values(RelayConfig, 'mode'))}", r.mode)
+        check(r.insertion_priority in _literal_values(RelayConfig, "insertion_priority"),
+              "relay.insertion_priority", "one of max, sender, legacy", r.insertion_priority)
         u = self.run
-        _check(u.num_timesteps >= 1, "--num-timesteps", "an integer >= 1", u.num_timesteps)
-        _check(u.eval_interval >= 0, "--eval-interval", "an integer >= 0", u.eval_interval)
-        _check(u.eval_points >= 1, "run.eval_points", "an integer >= 1", u.eval_points)
-        _check(u.eval_episodes >= 0, "--eval-episodes", "an integer >= 0", u.eval_episodes)
-        _check(u.eval_batch >= 0, "run.eval_batch", "an integer >= 0", u.eval_batch)
-        _check(u.threads >= 0, "--threads", "an integer >= 0", u.threads)
-        _check(u.device in ("cpu", "cuda", "auto"), "--device", "cpu, cuda or auto", u.device)
-        _check(u.algo in ALGOS, "--algo", f"one of {', '.join(ALGOS)}", u.algo)
-        _check(u.algo in DQN_ALGOS or not r.enabled, "--suPER", f"only with --algo {' or '.join(DQN_ALGOS)}",
-               f"--algo {u.algo}")
-        for name, section in (("seac", self.seac), ("maddpg", self.maddpg), ("qmix", self.qmix)):
-            _check_positive(name, section)
+        # numpy seeds must lie in [0, 2**32); leave room for the per-env and per-episode strides added later
+        train_seed = u.seed + self.env.seed_offset
+        check(train_seed < SEED_LIMIT, "run.seed", f"an integer with run.seed + env.seed_offset < {SEED_LIMIT}", u.seed)
+        check(train_seed >= 0, "env.seed_offset", "an offset with run.seed + env.seed_offset >= 0",
+              self.env.seed_offset)
+        check(train_seed + self.env.eval_seed_offset < SEED_LIMIT, "env.eval_seed_offset",
+              f"an offset with run.seed + env.seed_offset + env.eval_seed_offset < {SEED_LIMIT}",
+              self.env.eval_seed_offset)
+        check(u.device in ("cpu", "cuda", "auto"), "run.device", "cpu, cuda or auto", u.device)
+        check(u.algo in ALGOS, "run.algo", f"one of {', '.join(ALGOS)}", u.algo)
+        check(u.algo in DQN_ALGOS or not r.enabled, "relay.enabled", f"only with --algo {' or '.join(DQN_ALGOS)}",
+              f"--algo {u.algo}")
+        for key in ("run.name", "run.tag"):
+            value = getattr(u, key.split(".")[1])
+            check(is_folder_name(value, allow_empty=True), key, "a folder name without '/', '\\' or '..'", value)
         return self
+
+    @property
+    def eval_interval(self) -> int:
+        """Env steps between evaluations: ``run.eval_interval``, or by default the paper's
+        ``num_timesteps / eval_points`` but never less than one episode (``env.horizon``), so that a short
+        run does not spend most of its time evaluating (docs/decisions.md)."""
+        if self.run.eval_interval > 0:
+            return self.run.eval_interval
+        return max(1, self.env.horizon, self.run.num_timesteps // max(1, self.run.eval_points))
+
+    def eval_cost_note(self) -> str | None:
+        """A one-line note when evaluation can cost more env steps than training, else None."""
+        evals = self.run.num_timesteps // self.eval_interval + 1  # + the step-0 evaluation
+        cost = evals * self.run.eval_episodes * self.env.horizon
+        if cost <= self.run.num_timesteps:
+            return None
+        return (f"note: evaluating every {self.eval_interval} env steps ({evals} evaluations x "
+                f"{self.run.eval_episodes} episodes of up to {self.env.horizon} steps = up to {cost} evaluation env "
+                f"steps for {self.run.num_timesteps} training steps); --eval-interval / --eval-episodes change it")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-serialisable) of the sections this run's algorithm uses.
@@ -493,27 +510,59 @@ def _check(ok: bool, key: str, expected: str, got: Any) -> None:
         raise ConfigError(f"{key}: expected {expected}, got {got!r}")
 
 
-_NON_NEGATIVE = ("learning_starts", "seac_lambda", "entropy_coef", "value_coef", "actor_feature_reg",
-                 "epsilon_initial", "epsilon_final")
-"""Baseline settings that may be 0; every other numeric baseline setting must be > 0."""
+SEED_LIMIT = 2**32 - 2**24
+"""Seeds (run seed plus env offsets) stay below this: numpy takes [0, 2**32) and the trainers add strides."""
+
+POS, NONNEG, UNIT, UNIT_OPEN, INT1, INT0 = "> 0", ">= 0", "[0, 1]", "(0, 1]", "int >= 1", "int >= 0"
+RANGES: dict[str, str] = {
+    "env.horizon": INT1, "env.seed_offset": INT0, "env.eval_seed_offset": INT0, "env.opponent_epsilon": UNIT,
+    "dqn.hiddens": INT1, "dqn.lr": POS, "dqn.adam_eps": POS, "dqn.gamma": UNIT_OPEN, "dqn.grad_clip": POS,
+    "dqn.buffer_size": INT1, "dqn.batch_size": INT1, "dqn.rollout_fragment_length": INT1,
+    "dqn.learning_starts": INT0, "dqn.target_update_freq": INT1, "dqn.epsilon_initial": UNIT,
+    "dqn.epsilon_final": UNIT, "dqn.epsilon_timesteps": INT1, "dqn.per_alpha": NONNEG, "dqn.per_beta": NONNEG,
+    "dqn.per_eps": POS,
+    "relay.bandwidth": UNIT, "relay.window": INT1,
+    "seac.lr": POS, "seac.adam_eps": POS, "seac.gamma": UNIT_OPEN, "seac.n_steps": INT1, "seac.num_envs": INT1,
+    "seac.entropy_coef": NONNEG, "seac.value_coef": NONNEG, "seac.seac_lambda": NONNEG, "seac.grad_clip": POS,
+    "maddpg.actor_lr": POS, "maddpg.critic_lr": POS, "maddpg.gamma": UNIT_OPEN, "maddpg.tau": UNIT_OPEN,
+    "maddpg.hiddens": "list int >= 1", "maddpg.batch_size": INT1, "maddpg.buffer_size": INT1,
+    "maddpg.rollout_fragment_length": INT1, "maddpg.learning_starts": INT0, "maddpg.actor_feature_reg": NONNEG,
+    "maddpg.grad_clip": POS, "maddpg.gumbel_temperature": POS, "maddpg.epsilon_initial": UNIT,
+    "maddpg.epsilon_final": UNIT, "maddpg.epsilon_timesteps": INT1,
+    "qmix.lr": POS, "qmix.optim_alpha": UNIT, "qmix.optim_eps": POS, "qmix.gamma": UNIT_OPEN,
+    "qmix.rnn_hidden": INT1, "qmix.mixing_embed_dim": INT1, "qmix.grad_clip": POS, "qmix.buffer_episodes": INT1,
+    "qmix.batch_episodes": INT1, "qmix.updates_per_episode": INT1, "qmix.learning_starts": INT0,
+    "qmix.target_update_freq": INT1, "qmix.epsilon_initial": UNIT, "qmix.epsilon_final": UNIT,
+    "qmix.epsilon_timesteps": INT1,
+    "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,
+    "run.eval_episodes": INT0, "run.eval_batch": INT0, "run.threads": INT0,
+}
+"""The allowed range of every numeric config field (``section.field`` -> range), checked by ``validate``.
+
+Why a table: each value outside these ranges either crashes a run after its folder was written or
+silently trains something else (a negative gradient clip flips every gradient, 0 freezes the nets), and
+one table lets a test check that no numeric field is left out."""
+
+_EXPECTED = {POS: "a number > 0", NONNEG: "a number >= 0", UNIT: "a number in [0, 1]", UNIT_OPEN: "a number in (0, 1]",
+             INT1: "an integer >= 1", INT0: "an integer >= 0", "list int >= 1": "a non-empty list of integers >= 1"}
 
 
-def _check_positive(name: str, section: Any) -> None:
-    """Range checks of a baseline section: numbers > 0 (>= 0 for ``_NON_NEGATIVE``), gamma and tau <= 1."""
-    for f in fields(section):
-        v = getattr(section, f.name)
-        key = f"{name}.{f.name}"
-        if isinstance(v, bool) or not isinstance(v, (int, float, list)):
-            continue
-        if isinstance(v, list):
-            _check(bool(v) and all(isinstance(x, int) and x >= 1 for x in v), key, "a list of integers >= 1", v)
-            continue
-        if f.name in _NON_NEGATIVE:
-            _check(v >= 0, key, "a number >= 0", v)
-        else:
-            _check(v > 0, key, "a positive number", v)
-        if f.name in ("gamma", "tau", "epsilon_initial", "epsilon_final") and not isinstance(v, list):
-            _check(v <= 1, key, "a number in (0, 1]", v)
+def _in_range(spec: str, v: Any) -> tuple[str, bool]:
+    """(what is expected, whether ``v`` meets ``spec``); non-finite numbers never do."""
+    expected = _EXPECTED[spec]
+    if spec == "list int >= 1":
+        return expected, isinstance(v, list) and bool(v) and all(isinstance(x, int) and x >= 1 for x in v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return expected, False
+    ok = {POS: v > 0, NONNEG: v >= 0, UNIT: 0 <= v <= 1, UNIT_OPEN: 0 < v <= 1, INT1: v >= 1, INT0: v >= 0}[spec]
+    return expected, ok
+
+
+def is_folder_name(name: str, allow_empty: bool = False) -> bool:
+    """A single path component: no separators, no ``..``, no NUL (a run name or tag becomes a folder name)."""
+    if not name:
+        return allow_empty
+    return not any(c in name for c in ("/", "\\", "\0")) and ".." not in name and name.strip() not in (".",)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -557,31 +606,36 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set") -> ExperimentConfig:
+def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set",
+                    labels: dict[str, str] | None = None) -> ExperimentConfig:
     """Apply dotted-key overrides (``{"dqn.lr": 1e-4, "env.kwargs.n_evaders": 10}``) in place.
 
-    Unknown keys and values of the wrong type raise ConfigError naming ``source`` and the key.
+    Unknown keys and values of the wrong type raise ConfigError naming the key as ``labels`` spells it
+    (``--lr``, ``--set dqn.lr``), else ``source`` and the key.
     """
+    labels = labels or {}
     for dotted, value in overrides.items():
         parts = dotted.split(".")
+        source_of = labels.get(dotted, source)
         if len(parts) < 2:
-            raise ConfigError(f"{source}: expected section.key=value, got {dotted!r}")
+            raise ConfigError(f"{source_of}: expected section.key=value, got {dotted!r}")
         section = getattr(cfg, parts[0], None)
         if section is None or not dataclasses.is_dataclass(section):
             sections = ", ".join(f.name for f in fields(cfg))
-            raise ConfigError(f"{source}: unknown section {parts[0]!r} in {dotted!r} (expected one of {sections})")
+            raise ConfigError(f"{source_of}: unknown section {parts[0]!r} in {dotted!r} (expected one of {sections})")
         names = {f.name for f in fields(section)}
         if parts[1] not in names:
-            raise ConfigError(f"{source}: unknown key {dotted!r} (known: {', '.join(sorted(names))})")
+            raise ConfigError(f"{source_of}: unknown key {dotted!r} (known: {', '.join(sorted(names))})")
         if len(parts) > 2:  # into a dict field such as env.kwargs
             target = getattr(section, parts[1])
             if not isinstance(target, dict):
-                raise ConfigError(f"{source}: {'.'.join(parts[:2])} is not a mapping, cannot set {dotted!r}")
+                raise ConfigError(f"{source_of}: {'.'.join(parts[:2])} is not a mapping, cannot set {dotted!r}")
             for p in parts[2:-1]:
                 target = target.setdefault(p, {})
             target[parts[-1]] = value
             continue
-        setattr(section, parts[1], _coerce(type(section), parts[1], value, f"{source} {dotted}"))
+        where = labels.get(dotted, f"{source} {dotted}")
+        setattr(section, parts[1], _coerce(type(section), parts[1], value, where))
     return cfg
 
 
@@ -596,11 +650,14 @@ def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, int) and value in (0, 1):  # YAML reads --set x=1 as the integer 1
+            return bool(value)
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or int(value) != value):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return int(value)
     if hint is float:
@@ -633,18 +690,29 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None = None,
-            named: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Build a validated config: defaults <- env YAML <- algo preset <- named flags <- dotted overrides."""
+            named: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> ExperimentConfig:
+    """Build a validated config: defaults <- env YAML <- algo preset <- named flags <- dotted overrides.
+
+    Args:
+        labels: dotted key -> the flag as the user typed it (``--bandwidth`` or ``--suPER_bandwidth``,
+            ``--set dqn.lr``), so every error names what the user wrote; keys without one are named as
+            the dotted key.
+    """
+    labels = dict(labels or {})
     cfg = ExperimentConfig()
     cfg.env.name = env_name
     apply_overrides(cfg, flatten(load_env_defaults(env_name)), source=str(env_yaml_path(env_name)))
     if algo not in ALGO_PRESETS:
-        raise ConfigError(f"--algo: expected one of {', '.join(ALGOS)}, got {algo!r}")
+        raise ConfigError(f"{labels.get('run.algo', '--algo')}: expected one of {', '.join(ALGOS)}, got {algo!r}")
     cfg.run.algo = algo
     apply_overrides(cfg, ALGO_PRESETS[algo], source="--algo")
-    apply_overrides(cfg, route_flags(algo, named or {}), source="flags")
-    apply_overrides(cfg, overrides or {}, source="--set")
-    return cfg.validate()
+    for key, targets in ALGO_FLAG_ROUTES.get(algo, {}).items():  # --lr given to SEAC is still --lr
+        for target in targets:
+            if key in labels:
+                labels.setdefault(target, labels[key])
+    apply_overrides(cfg, route_flags(algo, named or {}), source="flags", labels=labels)
+    apply_overrides(cfg, overrides or {}, source="--set", labels=labels)
+    return cfg.validate(labels)
 
 
 def from_dict(data: dict[str, Any]) -> ExperimentConfig:

@@ -20,7 +20,7 @@ MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
         loop.report_progress()
     return loop.finish(greedy, final_state)      # last evaluation if needed, final.pt, close envs
 
-Evaluation happens at exact multiples of ``run.resolved_eval_interval`` env steps (env steps summed
+Evaluation happens at exact multiples of ``ExperimentConfig.eval_interval`` env steps (env steps summed
 over parallel envs), on separate envs with greedy actions (``suPER.evaluation.evaluate_episodes``): the
 K episodes of evaluation i are seeded ``episode_seeds(eval_seed, i, K)`` and played as batches of
 ``run.eval_batch`` games in lockstep (one batched policy call per step; 0 = one at a time), and
@@ -224,7 +224,7 @@ class RunLoop:
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"
         self.metrics = CSVMetrics(folder.metrics)
-        self.eval_every = run.resolved_eval_interval
+        self.eval_every = cfg.eval_interval
         self.env_steps = 0
         self.next_eval = self.eval_every
         self.timer = Timer()

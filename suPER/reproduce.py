@@ -176,7 +176,7 @@ def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
                                  else (DEFAULT_THROUGHPUT[r.env], "default"))
         cfg = r.config()
         n = cfg.run.num_timesteps
-        evals = n // cfg.run.resolved_eval_interval + 1  # the step-0 evaluation too
+        evals = n // cfg.eval_interval + 1  # the step-0 evaluation too
         steps += n
         seconds += n / throughput[r.env][0] + evals * cfg.run.eval_episodes * cfg.env.horizon * EVAL_S_PER_STEP
     return Estimate(len(runs), plan.todo, len(plan.finished), steps, seconds, parallel, throughput)

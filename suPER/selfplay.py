@@ -115,7 +115,7 @@ def train_selfplay(cfg: C.ExperimentConfig, overwrite: bool = False,
     def progress(env_steps: int, stats: dict[str, float]) -> None:
         latest = folder / "checkpoints" / "latest.pt"
         taken = snaps[-1].env_steps if snaps else 0
-        if env_steps - taken < cfg.run.resolved_eval_interval or not latest.exists():
+        if env_steps - taken < cfg.eval_interval or not latest.exists():
             return
         state = torch.load(latest, map_location="cpu", weights_only=True, mmap=True)  # mmap: the replay is not read
         steps = int(state["loop"]["env_steps"])
@@ -248,7 +248,7 @@ env YAML's hyperparameters (`experiments/envs/{cfg.env.name}.yaml`) except where
 | | |
 |---|---|
 | seed | {cfg.run.seed} |
-| budget | {cfg.run.num_timesteps} env steps, snapshots every {cfg.run.resolved_eval_interval} |
+| budget | {cfg.run.num_timesteps} env steps, snapshots every {cfg.eval_interval} |
 | DQN | lr {d.lr:g}, batch {d.batch_size}/agent, fragment {d.rollout_fragment_length}, buffer {d.buffer_size}, target sync {d.target_update_freq}, epsilon {d.epsilon_initial:g} -> {d.epsilon_final:g} over {d.epsilon_timesteps}, gamma {d.gamma:g} |
 | machine | {socket.gethostname()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), torch threads {cfg.run.threads}, torch {torch.__version__} |
 | training | {train_wall_s / 60:.1f} min wall, {summary.env_steps_per_sec:.1f} env steps/s |

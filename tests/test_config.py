@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 import yaml
 
@@ -21,7 +23,7 @@ def test_paper_hyperparameters() -> None:
     p, b = C.resolve("pursuit"), C.resolve("battle")
     assert (p.dqn.lr, p.dqn.buffer_size, p.dqn.rollout_fragment_length, p.dqn.target_update_freq) == (1.6e-4, 120000, 4, 1000)
     assert (b.dqn.lr, b.dqn.buffer_size, b.dqn.rollout_fragment_length, b.dqn.target_update_freq) == (1e-4, 90000, 5, 1200)
-    assert p.run.resolved_eval_interval == 4000 and b.run.resolved_eval_interval == 1500
+    assert p.eval_interval == 4000 and b.eval_interval == 1500
     assert p.env.horizon == b.env.horizon == 500
 
 
@@ -41,14 +43,84 @@ def test_dotted_overrides_and_types() -> None:
         C.resolve("pursuit", overrides={"foo.bar": 1})
 
 
-@pytest.mark.parametrize(("key", "value", "flag"), [
-    ("relay.bandwidth", 1.5, "--suPER_bandwidth"), ("relay.bandwidth", -0.1, "--suPER_bandwidth"),
-    ("relay.window", 0, "--suPER_window"), ("relay.mode", "median", "relay.mode"),
-    ("run.num_timesteps", -5, "--num-timesteps"), ("dqn.gamma", 1.5, "dqn.gamma"),
+@pytest.mark.parametrize(("key", "value"), [
+    ("relay.bandwidth", 1.5), ("relay.bandwidth", -0.1), ("relay.window", 0), ("relay.mode", "median"),
+    ("run.num_timesteps", -5), ("dqn.gamma", 1.5),
 ])
-def test_validation_names_the_flag(key: str, value: object, flag: str) -> None:
-    with pytest.raises(C.ConfigError, match=flag):
+def test_validation_names_the_key_or_the_flag_as_typed(key: str, value: object) -> None:
+    with pytest.raises(C.ConfigError, match=f"^(--set )?{key}: expected"):
         C.resolve("pursuit", overrides={key: value})
+    with pytest.raises(C.ConfigError, match="^--suPER_something: expected"):
+        C.resolve("pursuit", overrides={key: value}, labels={key: "--suPER_something"})
+
+
+NUMERIC = [(s.name, f.name) for s in fields(C.ExperimentConfig) for f in fields(s.type if isinstance(s.type, type)
+           else getattr(C, str(s.type))) if f.type in ("int", "float", "list[int]", int, float)]
+
+
+def test_every_numeric_field_has_a_range() -> None:
+    assert len(NUMERIC) > 50
+    missing = [f"{s}.{n}" for s, n in NUMERIC if f"{s}.{n}" not in C.RANGES]
+    assert not missing, missing
+    assert set(C.RANGES) == {f"{s}.{n}" for s, n in NUMERIC}  # and no stale entries
+
+
+OUTSIDE = {C.POS: (0, 1e-3), C.NONNEG: (-1e-3, 0), C.UNIT: (1.001, 1.0), C.UNIT_OPEN: (0, 1.0), C.INT1: (0, 1),
+           C.INT0: (-1, 0), "list int >= 1": ([0], [1])}
+"""range -> (a value just outside it, the boundary value inside it)"""
+
+
+@pytest.mark.parametrize("key", sorted(C.RANGES))
+def test_each_range_refuses_just_outside_and_takes_the_boundary(key: str) -> None:
+    algo = {"seac": "seac", "maddpg": "maddpg", "qmix": "qmix"}.get(key.split(".")[0], "ddqn")
+    bad, edge = OUTSIDE[C.RANGES[key]]
+    with pytest.raises(C.ConfigError, match=f"^{key}: expected"):
+        C.resolve("pursuit", algo, overrides={key: bad})
+    if key != "run.eval_points":
+        assert getattr(getattr(C.resolve("pursuit", algo, overrides={key: edge}), key.split(".")[0]),
+                       key.split(".")[1]) == edge
+    if C.RANGES[key] in (C.POS, C.NONNEG, C.UNIT, C.UNIT_OPEN):
+        for value in (float("inf"), float("nan")):
+            with pytest.raises(C.ConfigError, match=f"^{key}: expected"):
+                C.resolve("pursuit", algo, overrides={key: value})
+
+
+def test_seed_sums_stay_in_numpy_range() -> None:
+    with pytest.raises(C.ConfigError, match="^env.seed_offset: expected an integer >= 0"):
+        C.resolve("pursuit", overrides={"run.seed": 5, "env.seed_offset": -1000})
+    with pytest.raises(C.ConfigError, match="^run.seed: expected"):
+        C.resolve("pursuit", overrides={"run.seed": 2**32})
+    with pytest.raises(C.ConfigError, match="^env.eval_seed_offset: expected"):
+        C.resolve("pursuit", overrides={"run.seed": C.SEED_LIMIT - 200, "env.eval_seed_offset": 10_000})
+    assert C.resolve("pursuit", overrides={"run.seed": C.SEED_LIMIT - 101, "env.eval_seed_offset": 0}).run.seed
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../x", "a\\b", "x..y"])
+@pytest.mark.parametrize("key", ["run.tag", "run.name"])
+def test_names_that_are_paths_are_refused(key: str, name: str) -> None:
+    with pytest.raises(C.ConfigError, match=f"^{key}: expected a folder name"):
+        C.resolve("pursuit", overrides={key: name})
+
+
+@pytest.mark.parametrize(("total", "interval"), [(1000, 500), (99_999, 500), (100_000, 500), (800_000, 4000)])
+def test_default_eval_interval_is_at_least_one_episode(total: int, interval: int) -> None:
+    cfg = C.resolve("pursuit", overrides={"run.num_timesteps": total})
+    assert cfg.eval_interval == interval == max(cfg.env.horizon, total // 200)
+    assert C.resolve("pursuit", overrides={"run.num_timesteps": total, "run.eval_interval": 5}).eval_interval == 5
+
+
+def test_eval_cost_note_only_when_evaluation_outweighs_training() -> None:
+    cheap = C.resolve("pursuit", overrides={"run.num_timesteps": 1000, "run.eval_episodes": 0})
+    assert cheap.eval_cost_note() is None
+    dear = C.resolve("pursuit", overrides={"run.num_timesteps": 1000})  # 3 evaluations x 20 x 500 steps
+    assert dear.eval_cost_note() is not None and "up to 30000 evaluation env steps" in dear.eval_cost_note()
+
+
+def test_set_booleans_take_one_and_zero() -> None:
+    assert C.resolve("pursuit", overrides={"dqn.dueling": 0}).dqn.dueling is False
+    assert C.resolve("pursuit", overrides={"dqn.dueling": 1}).dqn.dueling is True
+    with pytest.raises(C.ConfigError, match="expected true or false"):
+        C.resolve("pursuit", overrides={"dqn.dueling": 2})
 
 
 def test_unknown_env() -> None:
@@ -95,5 +167,5 @@ def test_named_flags_reach_the_baselines_own_settings() -> None:
         C.resolve("pursuit", "qmix", named={"dqn.buffer_size": 5000})
     with pytest.raises(C.ConfigError, match="^--parameter-sharing: not used by --algo seac"):
         C.resolve("pursuit", "seac", named={"dqn.parameter_sharing": True})
-    with pytest.raises(C.ConfigError, match="^--suPER: expected only with --algo dqn or ddqn"):
+    with pytest.raises(C.ConfigError, match="^relay.enabled: expected only with --algo dqn or ddqn"):
         C.resolve("pursuit", "seac", named={"relay.enabled": True, "relay.mode": "quantile"})

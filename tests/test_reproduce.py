@@ -71,7 +71,7 @@ def test_estimate_uses_the_throughput_of_finished_runs(tmp_path: Path) -> None:
     assert est.finished == 1 and len(est.todo) == len(runs) - 1
     assert est.throughput == {"pursuit": (10.0, f"median of the finished runs in {out}")}
     cfg = runs[1].config()
-    per_run = 8000 / 10.0 + (8000 // cfg.run.resolved_eval_interval + 1) * cfg.run.eval_episodes * 500 * R.EVAL_S_PER_STEP
+    per_run = 8000 / 10.0 + (8000 // cfg.eval_interval + 1) * cfg.run.eval_episodes * 500 * R.EVAL_S_PER_STEP
     assert est.env_steps == 8000 * (len(runs) - 1)
     assert est.wall_seconds == pytest.approx(per_run * (len(runs) - 1) / 2, rel=1e-9)
 

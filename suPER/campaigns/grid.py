@@ -167,7 +167,9 @@ class GridRun:
         if out is not None:
             named["run.out"] = str(out)
         named.update({f"run.{k}": v for k, v in run_fields.items()})
-        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named)
+        labels = {C.FLAG_KEYS[k]: k for k in self.flags if k in C.FLAG_KEYS}  # errors name the grid's own keys
+        labels.update({dotted: f"set: {dotted}" for dotted in self.overrides})
+        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
 
     @property
     def run_name(self) -> str:
@@ -412,8 +414,9 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         merged = _load_raw(base, (*seen, path.resolve()))
     at = {k: f"{file}:{_line(data, k)}" for k in data}
     if "name" in data:
-        if not isinstance(data["name"], str) or not data["name"] or "/" in data["name"]:
-            raise GridError(f"{at['name']}: name: expected a folder name, got {data['name']!r}")
+        if not isinstance(data["name"], str) or not C.is_folder_name(data["name"]):
+            raise GridError(f"{at['name']}: name: expected a folder name without '/', '\\' or '..', "
+                            f"got {data['name']!r}")
         merged["name"] = data["name"]
     if "description" in data:
         merged["description"] = str(data["description"])

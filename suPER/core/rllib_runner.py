@@ -23,7 +23,7 @@ Mapping of the config (differences from the native trainer in brackets):
   ignores ``adam_epsilon`` and uses torch's default eps 1e-8, equal to ``dqn.adam_eps``'s default];
   grad-norm clip per module.
 - epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
-- one RLlib iteration = ``run.resolved_eval_interval`` env steps, then a greedy evaluation with
+- one RLlib iteration = ``cfg.eval_interval`` env steps, then a greedy evaluation with
   ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it.
 """
 
@@ -197,7 +197,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
             suPER=rc.enabled, suPER_mode=rc.mode, suPER_bandwidth=rc.bandwidth, suPER_window=rc.window,
             suPER_team_sharing=rc.team or None, suPER_insertion_priority=rc.insertion_priority,
         )
-        .reporting(min_sample_timesteps_per_iteration=run.resolved_eval_interval, min_time_s_per_iteration=0,
+        .reporting(min_sample_timesteps_per_iteration=cfg.eval_interval, min_time_s_per_iteration=0,
                    metrics_num_episodes_for_smoothing=20)
         .debugging(seed=run.seed)
     )

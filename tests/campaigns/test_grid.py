@@ -124,7 +124,7 @@ GOOD = "runs:\n  - {name: a, env: pursuit, algo: ddqn}\n"
     ("runs:\n  - name: a\n    env: pursuit\n    algo: ddqn\n    set: {dqn.lrr: 0.1}\n", 5, "unknown key 'dqn.lrr'"),
     ("runs:\n  - {name: a, env: pursuit, algo: ppo}\n", 2, "unknown algo 'ppo'"),
     ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super: true, bandwidth: 2}\n", 2,
-     "entry 'a': --suPER_bandwidth: expected a number in [0, 1]"),
+     "entry 'a': bandwidth: expected a number in [0, 1]"),
     ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - {name: b, env: pursuit, algo: ddqn}\n", 3,
      "writes the same run folder 'pursuit__ddqn__s1' as entry 'a'"),
     ("seeds: -1\n" + GOOD, 1, "seeds: expected a count >= 1"),

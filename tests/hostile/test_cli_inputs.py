@@ -1,0 +1,173 @@
+"""Hostile inputs to ``super-marl train`` / ``grid``: each is one line naming the flag as typed, exit 2,
+nothing written (issue 12, CLI exit codes and input validation)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.conftest import assert_refused, assert_unchanged, run_cli, run_subprocess, snapshot
+
+TINY = ["--num-timesteps", "200", "--set", "dqn.learning_starts=100", "--model", "mlp", "--no-progress",
+        "--set", "env.kwargs.x_size=10", "--set", "env.kwargs.y_size=10", "--set", "env.kwargs.n_evaders=10",
+        "--set", "run.eval_episodes=1", "--buffer-size", "500", "--set", "run.checkpoint_replay=false"]
+"""The smoke grid's tiny pursuit (10 evaders: with the default 30 on a 10x10 map a reset can hang)."""
+
+CASES = [
+    # paper booleans: only true/false, 1/0, yes/no
+    (["--suPER", "Ture"], "--suPER:"),
+    (["--suPER=maybe"], "--suPER:"),
+    (["--parameter_sharing=ture"], "--parameter_sharing:"),
+    (["--parameter_sharing", "2"], "--parameter_sharing:"),
+    # a team that matches no learner or only one
+    (["--super", "--team", "nobody"], "--team:"),
+    (["--suPER", "true", "--team_sharing", "nobody"], "--team_sharing:"),
+    (["--super", "--team", "pursuer_3"], "pursuer_7"),
+    # numeric ranges, every section
+    (["--set", "dqn.grad_clip=-1"], "--set dqn.grad_clip:"),
+    (["--set", "dqn.grad_clip=0"], "--set dqn.grad_clip:"),
+    (["--set", "dqn.epsilon_timesteps=-5"], "--set dqn.epsilon_timesteps:"),
+    (["--set", "dqn.hiddens=0"], "--set dqn.hiddens:"),
+    (["--set", "dqn.adam_eps=-1"], "--set dqn.adam_eps:"),
+    (["--lr", "inf"], "--lr:"),
+    (["--lr", "nan"], "--lr:"),
+    (["--lr", "0"], "--lr:"),
+    (["--algo", "seac", "--lr", "-1"], "--lr:"),
+    (["--algo", "qmix", "--set", "qmix.optim_alpha=2"], "--set qmix.optim_alpha:"),
+    (["--algo", "maddpg", "--set", "maddpg.tau=0"], "--set maddpg.tau:"),
+    (["--algo", "maddpg", "--set", "maddpg.hiddens=[0]"], "--set maddpg.hiddens:"),
+    (["--set", "dqn.buffer_size=.inf"], "--set dqn.buffer_size:"),
+    (["--horizon", "0"], "--horizon:"),
+    (["--batch_size", "0"], "--batch_size:"),
+    (["--eval-episodes", "-1"], "--eval-episodes:"),
+    (["--threads", "-2"], "--threads:"),
+    # seeds that crash later
+    (["--seed", "-1"], "--seed:"),
+    (["--set", "env.seed_offset=-1000"], "--set env.seed_offset:"),
+    (["--seed", str(2**32)], "--seed:"),
+    # env kwargs checked against the env's own constructor
+    (["--set", "env.kwargs.bogus_kwarg=3"], "--set env.kwargs.bogus_kwarg:"),
+    (["--set", "env.kwargs.n_pursuer=5"], "did you mean 'n_pursuers'"),
+    (["--set", "env.kwargs.x_size=0"], "--set env.kwargs.x_size:"),
+    (["--env", "battle", "--opponent", "random", "--set", "env.kwargs.map_sise=20"], "did you mean 'map_size'"),
+    (["--env", "battle", "--opponent", "random", "--set", "env.kwargs.map_size=2"], "--set env.kwargs.map_size:"),
+    (["--env", "adversarial_pursuit", "--opponent", "random", "--set", "env.kwargs.tag_penalty=x"],
+     "--set env.kwargs.tag_penalty:"),
+    (["--env_pursuit_num_agents", "0"], "--env_pursuit_num_agents:"),
+    # names that are paths
+    (["--tag", "a/b"], "--tag:"),
+    (["--tag", ".."], "--tag:"),
+    (["--tag", "..\\x"], "--tag:"),
+    (["--set", "run.name=../escape"], "--set run.name:"),
+    # the flag as typed, not its other spelling or the internal key
+    (["--bandwidth", "1.5"], "--bandwidth:"),
+    (["--suPER_bandwidth", "1.5"], "--suPER_bandwidth:"),
+    (["--super-mode", "median"], "--super-mode:"),
+    (["--suPER_mode", "median"], "--suPER_mode:"),
+    (["--window", "0"], "--window:"),
+    (["--num_seeds", "0"], "--num_seeds:"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_train_input_is_one_line_exit_2_nothing_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             args: list[str], needle: str) -> None:
+    (tmp_path / "keep.txt").write_text("existing")
+    before = snapshot(tmp_path)
+    outcome = run_cli(["train", "--out", tmp_path, *args], capsys)
+    assert_refused(outcome, 2, "error: ", needle)
+    assert_unchanged(before, tmp_path, allow_new=False)
+
+
+def test_team_error_lists_every_learner_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = run_cli(["train", "--out", tmp_path, "--super", "--team", "nobody"], capsys)
+    assert_refused(outcome, 2, "--team:", *(f"pursuer_{i}" for i in range(8)))
+
+
+GRID_CASES = [
+    ("name: ../up\nruns:\n  - {name: a, env: pursuit, algo: ddqn}\n", ":1:", "name:"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, tag: a/b}\n", ":3:", "tag:"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {run.name: ..}}\n", ":3:", "run.name"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {env.kwargs.n_pursuer: 3}}\n", ":3:",
+     "did you mean 'n_pursuers'"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, super: true, team: nobody}\n", ":3:", "team:"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "needle"), GRID_CASES)
+@pytest.mark.parametrize("command", ["list", "run"])
+def test_bad_grid_file_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+                                           line: str, needle: str, command: str) -> None:
+    grid = tmp_path / "g.yaml"
+    grid.write_text(text)
+    before = snapshot(tmp_path)
+    outcome = run_cli(["grid", command, grid, *(["--out", tmp_path / "runs"] if command == "run" else [])], capsys)
+    if command == "list" and needle in ("did you mean 'n_pursuers'", "team:"):
+        assert outcome.code == 0  # listing does not build envs; run does, before anything starts
+        return
+    assert_refused(outcome, 2, f"{grid}{line}", needle)
+    assert_unchanged(before, tmp_path, allow_new=False)
+
+
+def test_good_paper_booleans_are_accepted() -> None:
+    from suPER.cli import translate_paper_args
+
+    for word, flag in (("TRUE", "--super"), ("Yes", "--super"), ("1", "--super"), ("no", "--no-super"),
+                       ("False", "--no-super"), ("0", "--no-super")):
+        assert translate_paper_args(["--suPER", word])[0] == [flag]
+
+
+@pytest.mark.parametrize("how", ["pipe", "80 columns"])
+def test_names_are_never_truncated(how: str) -> None:
+    if how == "pipe":
+        outcome = run_subprocess(["envs"], env={"COLUMNS": "80"})
+        text = outcome.stdout
+    else:  # a real 80-column terminal: the output goes through a pseudo-terminal
+        proc = subprocess.run(["script", "-qc", f"{sys.executable} -m suPER.cli envs", "/dev/null"],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+        text = proc.stdout
+        assert max(len(line.rstrip()) for line in text.splitlines() if "\x1b" not in line) <= 80
+    assert "…" not in text
+    if how == "pipe":
+        columns = ["".join(cells) for cells in zip(*(line.split("\t") for line in text.splitlines()[1:]))]
+    else:  # folded cells: read each column top to bottom
+        body = [line.strip().strip("│").split("│") for line in text.splitlines() if line.strip().startswith("│")]
+        columns = ["".join(c.strip() for c in cells) for cells in zip(*body)]
+    assert "adversarial_pursuit" in columns[0] and "4(predator_0..predator_3)" in columns[2].replace(" ", ""), text
+
+
+def test_sigint_during_train_exits_130_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C as the shell sends it: exit 130, no traceback, the manifest says interrupted."""
+    proc = subprocess.Popen([sys.executable, "-m", "suPER.cli", "train", "--out", str(tmp_path), *TINY[:1],
+                             "100000", *TINY[2:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    manifest = tmp_path / "pursuit__ddqn__s1" / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while not manifest.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines()[-1].startswith("interrupted")
+    import json
+
+    assert json.loads((tmp_path / "pursuit__ddqn__s1" / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_tiny_run_evaluates_once_per_episode_at_most(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default schedule of a 1k-step run: every max(horizon, total/200) env steps, said at start."""
+    outcome = run_cli(["train", "--out", tmp_path, "--num-timesteps", "400", *TINY[2:], "--set", "env.horizon=50"],
+                      capsys)
+    assert outcome.code == 0, outcome.stderr
+    rows = (tmp_path / "pursuit__ddqn__s1" / "metrics.csv").read_text().splitlines()[1:]
+    steps = [int(r.split(",")[0]) for r in rows]
+    assert steps == list(range(0, 401, 50)), steps  # the paper's total/200 would be every 2 env steps
+    assert "note: evaluating every 50 env steps" in outcome.stderr
