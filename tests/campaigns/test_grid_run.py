@@ -60,11 +60,22 @@ def test_grid_run_trains_resumes_and_skips(tmp_path: Path) -> None:
         campaigns.execute(plain.config(out=out, progress=False), progress=stop)
     assert rows(out / plain.run_name) == [0, 40]
 
-    r = grid_run(str(grid_file), "--out", str(out))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # another writer holds the SUPER run's folder (a resubmitted grid while the first still runs): that trial
+    # fails, the other finishes, and grid run exits 1 as the shell sees it (it exited 0 before issue 12)
+    from suPER.runs import RunFolder
+
+    (out / super_.run_name).mkdir(parents=True)
+    with RunFolder(out / super_.run_name).lock():
+        r = grid_run(str(grid_file), "--out", str(out), "--max-failures", "0")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert "2 run(s) to train (1 resuming from a checkpoint)" in r.stderr
     assert "skipping 1 pending run(s)" in r.stderr
-    assert "2 finished now, 0 finished before, 0 failed, 1 pending" in r.stdout
+    assert "1 finished now, 0 finished before, 1 failed, 1 pending" in r.stdout
+    assert "re-run the same command" in r.stderr
+
+    r = grid_run(str(grid_file), "--out", str(out))  # the writer is gone: the failed run trains now
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1 finished now, 1 finished before, 0 failed, 1 pending" in r.stdout
     for run in (plain, super_):
         run_dir = out / run.run_name
         assert rows(run_dir) == [0, 40, 80, 120], run.run_name
