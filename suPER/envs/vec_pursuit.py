@@ -83,7 +83,7 @@ class PursuitDraws:
 
     Counter-based: a draw is ``hash(game key, kind, counters)`` with the game key a hash of its 64-bit
     seed, so it depends on nothing but the seed and the position of the draw in the episode. Uniforms
-    have 32-bit resolution; evader actions are ``hash % 5`` (bias below 1e-9).
+    have 32-bit resolution; evader actions are ``floor(hash * 5 / 2**32)`` (bias below 1e-9).
     """
 
     WINDOW, SPAWN, EVADER = 1, 2, 3
@@ -111,8 +111,8 @@ class PursuitDraws:
     def evader_actions(self, t_E: torch.Tensor, n_slots: int, n_actions: int) -> torch.Tensor:
         """int64 [E, M] actions in [0, n_actions) of every evader slot in cycle ``t_E`` (dead slots ignored)."""
         m = torch.arange(n_slots, device=self.device)
-        h = _hash(self.key_E[:, None], self.EVADER, t_E[:, None], m[None, :])
-        return h % n_actions
+        h_E = _hash(self.key_E, self.EVADER + 4 * t_E)  # per game and cycle first: one round per slot
+        return (_hash(h_E[:, None], m[None, :]) * n_actions) >> 32
 
 
 def _pairwise_sum(x_EN: torch.Tensor) -> torch.Tensor:
@@ -221,10 +221,10 @@ class VecPursuitEnv:
         p = max(o, 1)
         self._pad = p
         xp, yp = x + 2 * p, y + 2 * p
-        self._yp, self._f = yp, xp * yp
+        self._xp, self._f = xp, xp * yp  # cells are y-major: a row of an obs window is contiguous
         wall_XY = game.map_matrix == -1
         gx, gy = np.meshgrid(np.arange(x), np.arange(y), indexing="ij")
-        cell_XY = (gx + p) * yp + (gy + p)
+        cell_XY = (gy + p) * xp + (gx + p)
         blocked_F = np.ones(self._f, dtype=bool)  # off-map or building: a move there is a no-op
         blocked_F[cell_XY[~wall_XY]] = False
         self._blocked_F = torch.as_tensor(blocked_F, device=dev)
@@ -232,21 +232,21 @@ class VecPursuitEnv:
         walls_F[cell_XY.ravel()] = np.abs(game.map_matrix).ravel()
         self._walls_F = torch.as_tensor(walls_F, device=dev)
         motion_A2 = np.array([[-1, 0], [1, 0], [0, 1], [0, -1], [0, 0]])  # DiscreteAgent.motion_range
-        self._delta_A = torch.as_tensor(motion_A2[:, 0] * yp + motion_A2[:, 1], device=dev)
+        self._delta_A = torch.as_tensor(motion_A2[:, 0] + motion_A2[:, 1] * xp, device=dev)
         sm = game.surround_mask
-        self._sur_4 = torch.as_tensor(sm[:, 0] * yp + sm[:, 1], device=dev)
+        self._sur_4 = torch.as_tensor(sm[:, 0] + sm[:, 1] * xp, device=dev)
         tag_F4 = np.zeros((self._f, 4), dtype=np.int64)  # Pursuit.reward's neighbours, clipped to the map
         tx = np.clip(gx[..., None] + sm[:, 0], 0, x - 1)
         ty = np.clip(gy[..., None] + sm[:, 1], 0, y - 1)
-        tag_F4[cell_XY.ravel()] = ((tx + p) * yp + (ty + p)).reshape(-1, 4)
+        tag_F4[cell_XY.ravel()] = ((ty + p) * xp + (tx + p)).reshape(-1, 4)
         self._tag_F4 = torch.as_tensor(tag_F4, device=dev)
         need_F = np.zeros(self._f, dtype=np.int64)
         need_F[cell_XY.ravel()] = [game.need_to_surround(i, j) for i in range(x) for j in range(y)]
         self._need_F = torch.as_tensor(need_F, device=dev)
         w = 2 * o + 1
         self._win = w
-        iy, ix = np.meshgrid(np.arange(w), np.arange(w), indexing="ij")  # obs[y, x] = map[px-o+x, py-o+y]
-        self._win_ww = torch.as_tensor((ix - o) * yp + (iy - o), device=dev)
+        # obs[n, y, x, :] = map[px - o + x, py - o + y, :]: row y is w cells (3 floats each) from (px - o, py - o + y)
+        self._win_rows_w = torch.as_tensor((np.arange(w) - o) * xp - o, device=dev)
         self._cells_C = torch.as_tensor(cell_XY.ravel(), device=dev)
         self._cx_C = torch.as_tensor(gx.ravel(), device=dev)
         self._cy_C = torch.as_tensor(gy.ravel(), device=dev)
@@ -265,6 +265,8 @@ class VecPursuitEnv:
         self._over_E = torch.ones(e, dtype=torch.bool, device=dev)
         self._games_E = torch.arange(e, device=dev)
         self._obs_ENO = torch.zeros(e, n, r, r, 3, dtype=torch.float32, device=dev)
+        self._minus_plus_E2N = torch.cat([torch.full((e, n), -1.0, device=dev), torch.ones(e, n, device=dev)], 1)
+        self._mark_EF = torch.zeros(e, self._f, dtype=torch.uint8, device=dev)
 
     # ------------------------------------------------------------------------------------------
 
@@ -372,46 +374,43 @@ class VecPursuitEnv:
         else:  # no host sync on an accelerator: a device-side assertion instead
             torch._assert_async(~bad.any())
         active_E = ~self._over_E
-        flat = self._map_EF3.view(-1)
-        base_E = self._games_E * (self._f * 3)
+        # counts live in channels 1 / 2 of the contiguous [E, F * 3] map: flat index cell * 3 + channel
+        map_EC = self._map_EF3.view(e + 1, -1)[:e]
 
-        # pursuers: every move at once (moves are independent), counts in channel 1 by +-1
+        def take(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return table.index_select(0, idx.reshape(-1)).view(*idx.shape, *table.shape[1:])
+
+        # pursuers: every move at once (moves are independent); channel 1 by -1 / +1
         p0_EN = self._pur_EN
-        tgt_EN = p0_EN + self._delta_A[act_EN]
-        p1_EN = torch.where(active_E[:, None] & ~self._blocked_F[tgt_EN], tgt_EN, p0_EN)
-        ones_EN = torch.ones(e, n, dtype=torch.float32, device=dev)
-        flat.index_add_(0, torch.cat([(base_E[:, None] + p0_EN * 3 + 1).reshape(-1),
-                                      (base_E[:, None] + p1_EN * 3 + 1).reshape(-1)]),
-                        torch.cat([-ones_EN.reshape(-1), ones_EN.reshape(-1)]))
+        tgt_EN = p0_EN + take(self._delta_A, act_EN)
+        p1_EN = torch.where(active_E[:, None] & ~take(self._blocked_F, tgt_EN), tgt_EN, p0_EN)
         self._pur_EN = p1_EN
+        map_EC.scatter_add_(1, torch.cat([p0_EN, p1_EN], 1) * 3 + 1, self._minus_plus_E2N)
 
         # tag counts before / after each pursuer's own move (evaders change only after the last sub-step)
-        ev_map_EF = self._map_EF3[:e, :, 2]
-        c0_EN = torch.gather(ev_map_EF, 1, self._tag_F4[p0_EN].reshape(e, -1)).reshape(e, n, 4).sum(-1)
-        c1_EN = torch.gather(ev_map_EF, 1, self._tag_F4[p1_EN].reshape(e, -1)).reshape(e, n, 4).sum(-1)
+        c0_EN = torch.gather(map_EC, 1, take(self._tag_F4, p0_EN).view(e, -1) * 3 + 2).view(e, n, 4).sum(-1)
+        c1_EN = torch.gather(map_EC, 1, take(self._tag_F4, p1_EN).view(e, -1) * 3 + 2).view(e, n, 4).sum(-1)
         c0_EN, c1_EN = c0_EN.to(torch.float64), c1_EN.to(torch.float64)
 
-        # catches, from the pursuer counts after all moves
-        pur_map_EF = self._map_EF3[:e, :, 1]
+        # catches, from the pursuer counts after all moves; "mark" = cells whose pursuers caught one
         ev_EM, alive0_EM = self._ev_EM, self._ev_alive_EM & active_E[:, None]
         if self.surround:
             nbr_EM4 = ev_EM[..., None] + self._sur_4
-            occ_EM = (torch.gather(pur_map_EF, 1, nbr_EM4.reshape(e, -1)).reshape(e, m, 4) > 0).sum(-1)
-            caught_EM = alive0_EM & (occ_EM == self._need_F[ev_EM])
-            mark_cells_EK = nbr_EM4.reshape(e, -1)
-            mark_vals_EK = caught_EM[..., None].expand(e, m, 4).reshape(e, -1)
+            occ_EM = (torch.gather(map_EC, 1, nbr_EM4.view(e, -1) * 3 + 1).view(e, m, 4) > 0).sum(-1)
+            caught_EM = alive0_EM & (occ_EM == take(self._need_F, ev_EM))
+            mark_EK = torch.where(caught_EM[..., None], nbr_EM4, 0).view(e, -1)
         else:
-            caught_EM = alive0_EM & (torch.gather(pur_map_EF, 1, ev_EM) >= self.n_catch)
-            mark_cells_EK, mark_vals_EK = ev_EM, caught_EM
-        mark_EF = torch.zeros(e, self._f, dtype=torch.float32, device=dev)
-        mark_EF.scatter_add_(1, mark_cells_EK, mark_vals_EK.to(torch.float32))
+            caught_EM = alive0_EM & (torch.gather(map_EC, 1, ev_EM * 3 + 1) >= self.n_catch)
+            mark_EK = torch.where(caught_EM, ev_EM, 0)
+        # cell 0 is padding (no pursuer ever stands there): it takes the marks of evaders not caught
+        mark_EF = self._mark_EF.zero_().scatter_(1, mark_EK, 1)
         sur_EN = torch.gather(mark_EF, 1, p1_EN) > 0
 
         # rewards: the N sub-step vectors of PettingZoo, summed in order (see module docstring)
-        k_N = torch.arange(n, device=dev)
         acc_EN = torch.zeros(e, n, dtype=torch.float64, device=dev)
         for i in range(n):
-            lrs_EN = self.tag_reward * torch.where(k_N <= i, c1_EN, c0_EN) / n
+            cnt_EN = torch.cat([c1_EN[:, :i + 1], c0_EN[:, i + 1:]], dim=1)
+            lrs_EN = self.tag_reward * cnt_EN / n
             if i == n - 1:
                 lrs_EN = lrs_EN + self.catch_reward * sur_EN.to(torch.float64)
                 lrs_EN = lrs_EN + self.urgency_reward
@@ -428,13 +427,12 @@ class VecPursuitEnv:
             ev1_EM = ev_EM
         else:
             a_EM = self.draws.evader_actions(self._t_E, m, self.n_actions)
-            tgt_EM = ev_EM + self._delta_A[a_EM]
-            ev1_EM = torch.where(alive1_EM & ~self._blocked_F[tgt_EM], tgt_EM, ev_EM)
-        flat.index_add_(0, torch.cat([(base_E[:, None] + ev_EM * 3 + 2).reshape(-1),
-                                      (base_E[:, None] + ev1_EM * 3 + 2).reshape(-1)]),
-                        torch.cat([-alive0_EM.reshape(-1).to(torch.float32), alive1_EM.reshape(-1).to(torch.float32)]))
+            tgt_EM = ev_EM + take(self._delta_A, a_EM)
+            ev1_EM = torch.where(alive1_EM & ~take(self._blocked_F, tgt_EM), tgt_EM, ev_EM)
         self._ev_EM = ev1_EM
         self._ev_alive_EM = self._ev_alive_EM & ~caught_EM
+        map_EC.scatter_add_(1, torch.cat([ev_EM, ev1_EM], 1) * 3 + 2,
+                            torch.cat([-alive0_EM.to(torch.float32), alive1_EM.to(torch.float32)], 1))
 
         # flags, as PursuitEnv.step: max_cycles truncation pre-empts termination; termination beats horizon
         self._t_E = self._t_E + active_E.long()
@@ -469,7 +467,7 @@ class VecPursuitEnv:
             't_E' cycles played, 'over_E' bool.
         """
         def xy(f: torch.Tensor) -> torch.Tensor:
-            return torch.stack([f // self._yp - self._pad, f % self._yp - self._pad], dim=-1)
+            return torch.stack([f % self._xp - self._pad, f // self._xp - self._pad], dim=-1)
 
         return {"pursuers_EN2": xy(self._pur_EN), "evaders_EM2": xy(self._ev_EM),
                 "evader_alive_EM": self._ev_alive_EM.clone(), "t_E": self._t_E.clone(), "over_E": self._over_E.clone()}
@@ -487,9 +485,11 @@ class VecPursuitEnv:
         centre_GN = games_G[:, None] * self._f + pur_GN
         if active_G is not None:
             centre_GN = torch.where(active_G[:, None], centre_GN, self.num_games * self._f + self._free_cell)
-        idx = (centre_GN[..., None, None] + self._win_ww).reshape(-1)
+        idx = (centre_GN[..., None] + self._win_rows_w).view(-1)
         g, n, w, r = pur_GN.shape[0], self.n_pursuers, self._win, self.obs_range
-        win_GNww3 = self._map_EF3.view(-1, 3).index_select(0, idx).view(g, n, w, w, 3)
+        # rows of w cells x 3 channels starting at every cell (an overlapping view, no copy)
+        rows_C = self._map_EF3.view(-1).unfold(0, 3 * w, 3)
+        win_GNww3 = rows_C.index_select(0, idx).view(g, n, w, w, 3)
         if w == r:
             return win_GNww3
         # even obs_range: the game's window is one cell short; the rest keeps its fill (wall 1, counts 0)
