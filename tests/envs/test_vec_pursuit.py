@@ -340,3 +340,14 @@ def test_cuda_matches_cpu() -> None:
         assert rg.obs_ENO.device.type == "cuda"
         for f in ("obs_ENO", "reward_EN", "terminated_EN", "truncated_EN", "alive_EN", "episode_over_E"):
             np.testing.assert_array_equal(getattr(rc, f).numpy(), getattr(rg, f).cpu().numpy())
+
+
+def test_registered_as_the_batched_pursuit() -> None:
+    from suPER.config import EnvConfig
+    from suPER.envs import make_batched_env
+
+    env = make_batched_env(EnvConfig(name="pursuit", kwargs=dict(DEFAULT), horizon=9), num_games=2)
+    assert isinstance(env, VecPursuitEnv) and env.horizon == 9 and env.num_games == 2
+    assert env.spec == PursuitEnv(dict(DEFAULT)).spec
+    with pytest.raises(ValueError, match="batched env exists for pursuit"):
+        make_batched_env(EnvConfig(name="battle"), num_games=2)
