@@ -52,3 +52,16 @@ def test_quick_rllib_and_ratio(tmp_path: Path) -> None:
     assert run["updates_per_4_env_steps"] == pytest.approx(1.0, abs=0.01)  # same replay ratio as ours
     assert run["params_per_agent"] == 156_710  # the conv stack + 64-wide dueling heads
     assert "ours (1 thread) / RLlib (1 thread)" in data["ratios"]
+
+
+def test_envs_quick(tmp_path: Path) -> None:
+    """benchmarks/envs.py --quick: the pursuit table (single game and batched at E = 1, 16, 256) and its JSON."""
+    out = tmp_path / "envs.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "envs.py"), "--quick", "--seconds", "0.2",
+                           "--cpu-only", "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| pursuit | VecPursuitEnv | cpu | 256 |" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["impl"], r["E"]) for r in rows] == [("PursuitEnv (single game)", 1), ("VecPursuitEnv", 1),
+                                                  ("VecPursuitEnv", 16), ("VecPursuitEnv", 256)]
+    assert all(r["env_steps_per_sec"] > 0 and r["env_steps"] % r["E"] == 0 for r in rows)

@@ -10,10 +10,13 @@ Adding a new environment:
     2. Add it to ``ENVS`` below and, if it has an opponent team, to ``_HAS_OPPONENTS``.
     3. Add ``experiments/envs/<key>.yaml`` and the key to ``suPER.config.ENV_NAMES``.
     4. Add ``tests/envs/test_<key>.py`` comparing the adapter with the library env step by step.
+    5. Optionally a batched version (``BatchedMultiAgentEnv``, E games at once) in ``BATCHED_ENVS``,
+       built by ``make_batched_env``; trainers keep using ``make_env`` until they opt in.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -37,6 +40,8 @@ __all__ = [
     "env_info",
     "make_env",
     "OPPONENT_KINDS",
+    "BATCHED_ENVS",
+    "make_batched_env",
 ]
 
 ENVS: dict[str, type] = {
@@ -47,6 +52,11 @@ ENVS: dict[str, type] = {
 """registry key -> adapter class"""
 
 _HAS_OPPONENTS = ("battle", "adversarial_pursuit")
+
+BATCHED_ENVS: dict[str, str] = {
+    "pursuit": "suPER.envs.vec_pursuit:VecPursuitEnv",
+}
+"""registry key -> batched adapter (``module:Class``, imported lazily: it needs torch)"""
 
 
 OPPONENT_KINDS = ("random", "learning")
@@ -88,6 +98,27 @@ def make_env(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPolicy |
         # seed (evaluation episodes are seeded one by one); until then it draws from ``seed``
         env.opponent.rng = np.random.default_rng(seed)
     return env
+
+
+def make_batched_env(cfg: EnvConfig, num_games: int, device: str = "cpu") -> Any:
+    """Build E games of the env an ``EnvConfig`` describes, stepped together (``BatchedMultiAgentEnv``).
+
+    Args:
+        cfg: env section of the experiment config (name, kwargs, horizon).
+        num_games: E.
+        device: torch device of the batched env's tensors (cpu, cuda, ...).
+
+    Returns:
+        The batched adapter; call ``reset(seeds)`` before stepping.
+
+    Raises:
+        ValueError: the env has no batched version.
+    """
+    if cfg.name not in BATCHED_ENVS:
+        raise ValueError(f"env.name: a batched env exists for {', '.join(BATCHED_ENVS)}, got {cfg.name!r}")
+    module, cls = BATCHED_ENVS[cfg.name].split(":")
+    return getattr(importlib.import_module(module), cls)(dict(cfg.kwargs), num_games, horizon=cfg.horizon,
+                                                         device=device)
 
 
 def env_info(name: str) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""Env-steps/s of single-game and batched envs, measured in one run, with the ratios between them.
+
+Usage::
+
+    python benchmarks/envs.py                 # full run (~2-3 min on 2 busy cores)
+    python benchmarks/envs.py --quick         # smoke mode (< 1 min): numbers mean little
+    python benchmarks/envs.py --threads 1 --sizes 1,16,256,4096 --seconds 5 --json out.json
+
+An env step is one step of one game (so E games stepped once are E env steps). Actions are uniform
+random, drawn outside the timed env call's cost as far as possible (one tensor per batch step).
+Finished games are reset inside the batch with fresh seeds, as a trainer would. Each env has one
+function ``bench_<env>(args) -> list of rows``; the MAgent batched numbers (battle, adversarial
+pursuit) and the batched-evaluation speed-ups are to be added as further ``bench_*`` functions
+(``BENCHES`` below), keeping this script's table and JSON format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PURSUIT = {"n_pursuers": 8, "n_evaders": 30, "x_size": 16, "y_size": 16, "max_cycles": 500, "shared_reward": False}
+"""the paper's pursuit setting (experiments/envs/pursuit.yaml)"""
+
+
+def _time_single(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
+    """Step one ``MultiAgentEnv`` with random actions for about ``seconds``; return (env steps, wall s)."""
+    rng = np.random.default_rng(seed)
+    n, a = env.spec.n_agents, env.spec.n_actions
+    env.reset(seed)
+    steps, t0 = 0, time.perf_counter()
+    while True:
+        res = env.step(rng.integers(0, a, n))
+        steps += 1
+        if res.episode_over:
+            env.reset()
+        if steps % 50 == 0 and time.perf_counter() - t0 >= seconds:
+            return steps, time.perf_counter() - t0
+
+
+def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
+    """Step a ``BatchedMultiAgentEnv`` (torch) for about ``seconds``; return (env steps, wall s)."""
+    import torch
+
+    e, n, a = env.num_games, env.spec.n_agents, env.spec.n_actions
+    dev = env.device
+    g = torch.Generator(device=dev).manual_seed(seed)
+    next_seed = e
+    env.reset(list(range(e)))
+    for _ in range(3):  # warm-up: allocator, first-call dispatch
+        env.step(torch.randint(0, a, (e, n), generator=g, device=dev))
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    steps, calls, t0 = 0, 0, time.perf_counter()
+    while True:
+        res = env.step(torch.randint(0, a, (e, n), generator=g, device=dev))
+        steps, calls = steps + e, calls + 1
+        over = torch.nonzero(res.episode_over_E).squeeze(1)
+        if over.numel():
+            env.reset(list(range(next_seed, next_seed + over.numel())), over)
+            next_seed += over.numel()
+        if calls % 5 == 0:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            if time.perf_counter() - t0 >= seconds:
+                return steps, time.perf_counter() - t0
+
+
+def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Pursuit: ``PursuitEnv`` (one game, numpy) vs ``VecPursuitEnv`` at each E, on CPU and CUDA if present."""
+    import torch
+
+    from suPER.envs.pursuit import PursuitEnv
+    from suPER.envs.vec_pursuit import VecPursuitEnv
+
+    rows = []
+    steps, wall = _time_single(PursuitEnv(PURSUIT), args.seconds)
+    rows.append({"env": "pursuit", "impl": "PursuitEnv (single game)", "device": "cpu", "E": 1,
+                 "env_steps": steps, "seconds": wall, "env_steps_per_sec": steps / wall})
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and not args.cpu_only else [])
+    for dev in devices:
+        for e in args.sizes:
+            env = VecPursuitEnv(PURSUIT, e, device=dev)
+            steps, wall = _time_batched(env, args.seconds)
+            rows.append({"env": "pursuit", "impl": "VecPursuitEnv", "device": dev, "E": e,
+                         "env_steps": steps, "seconds": wall, "env_steps_per_sec": steps / wall})
+            env.close()
+    return rows
+
+
+BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
+    "pursuit": bench_pursuit,
+    # "battle": bench_battle, "adversarial_pursuit": ..., "evaluation": ...  (other helpers of issue 15)
+}
+"""env (or part) -> benchmark function returning table rows"""
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    """Markdown table; ratio = env-steps/s over the same env's single-game row."""
+    single = {r["env"]: r["env_steps_per_sec"] for r in rows if r["impl"].endswith("(single game)")}
+    lines = ["| env | implementation | device | E | env-steps/s | x single game |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r["env_steps_per_sec"] / single[r["env"]] if r["env"] in single else float("nan")
+        r["ratio_vs_single"] = ratio
+        lines.append(f"| {r['env']} | {r['impl']} | {r['device']} | {r['E']} | {r['env_steps_per_sec']:,.0f} | "
+                     f"{ratio:.1f} |")
+    return "\n".join(lines)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run the selected benchmarks, print the table (and write JSON); return the rows."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke mode: 0.5 s per measurement, E up to 256")
+    p.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 5; quick 0.5)")
+    p.add_argument("--sizes", type=_sizes, default=None, help="batch sizes E (default 1,16,256,4096; quick 1,16,256)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: 'one core')")
+    p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHES)}")
+    p.add_argument("--cpu-only", action="store_true", help="skip CUDA even when present")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
+    args = p.parse_args(argv)
+    args.seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 5.0)
+    args.sizes = args.sizes or ([1, 16, 256] if args.quick else [1, 16, 256, 4096])
+    import torch
+
+    torch.set_num_threads(args.threads)
+    names = [s for s in args.only.split(",") if s] or list(BENCHES)
+    unknown = set(names) - set(BENCHES)
+    if unknown:
+        p.error(f"--only: unknown {sorted(unknown)}; expected some of {', '.join(BENCHES)}")
+    print(f"# envs benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}, {args.threads} thread(s), load {os.getloadavg()[0]:.2f}, "
+          f"cuda {'yes' if torch.cuda.is_available() else 'no'}", flush=True)
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        rows.extend(BENCHES[name](args))
+    print(report(rows))
+    print(f"# load at end {os.getloadavg()[0]:.2f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"threads": args.threads, "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
