@@ -771,6 +771,8 @@ def grid_run(
     if outcome["failed"]:
         print("re-run the same command to resume the failed runs from their checkpoints", file=sys.stderr)
         raise typer.Exit(1)
+    if outcome["interrupted"]:  # Ray Tune took the Ctrl-C and returned: exit as an interrupt (main says how to go on)
+        raise typer.Exit(130)
 
 
 @grid_app.command("submit")
@@ -898,6 +900,8 @@ def reproduce(
             print(f"{len(outcome['failed'])} run(s) failed; run the same command again to resume them",
                   file=sys.stderr)
             raise typer.Exit(1)
+        if outcome["interrupted"]:
+            raise typer.Exit(130)
     if not out.is_dir():
         print(f"run folders are on the cluster under {out}; draw them there with: super-marl reproduce {figure} "
               f"--out {out} (all runs finished: nothing is trained)")

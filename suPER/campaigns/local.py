@@ -146,7 +146,8 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         run_fields: ``run.*`` settings for every run that do not change results (W&B logging).
 
     Returns:
-        Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``.
+        Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``,
+        ``interrupted`` (Ctrl-C stopped Tune before the run finished: it resumes when run again).
     """
     import sys
     import time
@@ -157,7 +158,7 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
     out = Path(out).resolve()
     plan = plan_runs(runs_, out)
     outcome: dict[str, list[str]] = {"finished": [], "skipped": [r.run_name for r in plan.finished], "failed": [],
-                                     "pending": [r.entry for r in plan.pending]}
+                                     "pending": [r.entry for r in plan.pending], "interrupted": []}
     if plan.finished:
         console.print(f"skipping {len(plan.finished)} finished run(s)")
     if plan.pending:
@@ -193,9 +194,13 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         )
         with table:
             results = tuner.fit()
+        from suPER.runs import FINISHED, RunFolder
+
         for res in results:
-            name = _trial_run_name(res.config)
-            (outcome["failed"] if res.error else outcome["finished"]).append(name)
+            # a trial Ctrl-C stopped before it started has no config; its folder is named after the run
+            name = _trial_run_name(res.config) if res.config else Path(res.path).name
+            finished = RunFolder(out / name).status() == FINISHED
+            outcome["failed" if res.error else "finished" if finished else "interrupted"].append(name)
             if res.error:
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")

@@ -107,3 +107,32 @@ def test_grid_run_refuses_an_unfinished_folder_of_another_config_before_starting
     r = grid_run(str(grid_file), "--out", str(out), "--filter", "name=plain")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --out:")
     assert "different configuration (dqn.lr" in r.stderr and "Ray" not in r.stderr
+
+
+def test_ctrl_c_during_grid_run_exits_130_and_the_runs_resume(tmp_path: Path) -> None:
+    """Ray Tune takes SIGINT and returns; grid run then says so in one line and exits 130 (it exited with a
+    traceback before), and the same command finishes the runs."""
+    import signal
+    import time
+
+    grid_file = tmp_path / "tiny.yaml"
+    grid_file.write_text(GRID.replace("num_timesteps: 120", "num_timesteps: 1200").replace("eval_interval: 40",
+                                                                                           "eval_interval: 200"))
+    out = tmp_path / "campaign"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline", "COLUMNS": "160"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "suPER.cli", "grid", "run", str(grid_file), "--out", str(out),
+                             "--filter", "name=plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    metrics = out / campaigns.load_grid(grid_file).runs[0].run_name / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (metrics.exists() and len(rows(metrics.parent)) >= 2):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-3000:]
+    assert "Traceback" not in stdout + stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted")
+    r = grid_run(str(grid_file), "--out", str(out), "--filter", "name=plain")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert rows(metrics.parent) == list(range(0, 1201, 200))
