@@ -128,3 +128,24 @@ def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
         if col not in ("env_steps_per_sec", "wall_time_s"):
             np.testing.assert_array_equal(a[col], b[col], err_msg=col)
     assert a["relayed_rows_total"][-1] > 0
+
+
+def test_topk_run_relays_exactly_k_rows_per_sender_per_fragment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--super-mode topk --set relay.k=3`` on the native trainer: every (always alive) pursuer sends 3 rows a fragment."""
+    from suPER import config as C
+    from suPER.native.dqn import train
+    from suPER.runs import RunFolder, read_metrics
+
+    k = 3
+    overrides = {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 8,
+                 "env.kwargs.y_size": 8, "env.horizon": 50, "dqn.model": "mlp", "dqn.learning_starts": 50,
+                 "run.num_timesteps": 200, "run.eval_interval": 100, "run.eval_episodes": 1, "relay.enabled": True,
+                 "relay.mode": "topk", "relay.k": k, "relay.bandwidth": 0.5, "run.seed": 2}
+    cfg = C.resolve("pursuit", overrides=overrides)
+    train(cfg, RunFolder(tmp_path / "run"))
+    m = read_metrics(tmp_path / "run" / "metrics.csv")
+    T, n = cfg.dqn.rollout_fragment_length, 3
+    # an evaluation runs at the fragment's last env step, before that fragment's relay phase
+    fragments = np.asarray(m["env_steps"][1:]) // T - 1
+    np.testing.assert_array_equal(m["relayed_rows_total"][1:], fragments * n * k * (n - 1))
+    np.testing.assert_allclose(m["fraction_shared_mean"][1:], k / T, rtol=1e-12)
