@@ -17,6 +17,10 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
+from suPER.core.selection import modes_help, rule_params
+
+_RULE_PARAMS_HELP = ", ".join(f"relay.{p.name} ({p.help})" for p in rule_params()) or "none"
+"""The registered selection rules' own parameters, for ``--super-mode``'s help."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="SUPER: selective experience relay for multi-agent DQN (NeurIPS 2023), rebuilt.")
@@ -169,7 +173,7 @@ def train(
     eval_interval: Annotated[int | None, typer.Option("--eval-interval", help="env steps between evaluations")] = None,
     eval_episodes: Annotated[int | None, typer.Option("--eval-episodes", help="greedy episodes per evaluation")] = None,
     super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True)")] = False,
-    super_mode: Annotated[str | None, typer.Option("--super-mode", help="quantile | gaussian | gaussian_variance | stochastic")] = None,
+    super_mode: Annotated[str | None, typer.Option("--super-mode", help=f"selection rule: {modes_help()} (rule parameters: --set relay.<param>, e.g. {_RULE_PARAMS_HELP})")] = None,
     bandwidth: Annotated[float | None, typer.Option(help="fraction of fresh transitions relayed, in [0, 1]")] = None,
     window: Annotated[int | None, typer.Option(help="|TD| window length for quantile/gaussian")] = None,
     team: Annotated[str | None, typer.Option(help="who relays: id substring or comma list (paper: --team_sharing)")] = None,

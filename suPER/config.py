@@ -18,9 +18,11 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
+
+from suPER.core.selection import mode_names, rule_params
 
 ROOT = Path(__file__).resolve().parent.parent
 """Repository root (the folder holding ``experiments/``)."""
@@ -117,13 +119,18 @@ class DQNConfig:
 
 
 @dataclass
-class RelayConfig:
-    """SUPER experience relay settings (REFERENCE section 1); used from the SUPER issue on."""
+class _RelayCoreConfig:
+    """SUPER experience relay settings (REFERENCE section 1); used from the SUPER issue on.
+
+    ``RelayConfig`` is this plus one field per parameter of a registered selection rule
+    (``suPER.core.selection.SELECTION_RULES``, e.g. ``k`` of ``topk``).
+    """
 
     enabled: bool = False
     """relay surprising transitions to teammates (the paper's --suPER)"""
-    mode: Literal["quantile", "gaussian", "gaussian_variance", "stochastic"] = "quantile"
-    """selection rule; gaussian_variance reproduces the original's variance-as-scale threshold"""
+    mode: str = "quantile"
+    """selection rule, one of ``suPER.core.selection.SELECTION_RULES`` (quantile, gaussian, ...);
+    gaussian_variance reproduces the original's variance-as-scale threshold"""
     bandwidth: float = 0.1
     """fraction of each sender's fresh transitions to relay (0 = none, 1 = all)"""
     window: int = 1500
@@ -132,6 +139,15 @@ class RelayConfig:
     """substring (or comma-separated list of ids) selecting who relays; empty = the whole learning team"""
     insertion_priority: Literal["max", "sender", "legacy"] = "max"
     """priority of relayed rows in the receiver's buffer"""
+
+
+if TYPE_CHECKING:  # mypy sees the shared fields; rule parameters are read by name (getattr)
+    RelayConfig = _RelayCoreConfig
+else:
+    RelayConfig = dataclasses.make_dataclass(
+        "RelayConfig", [(p.name, p.type, field(default=p.default)) for p in rule_params()], bases=(_RelayCoreConfig,))
+    RelayConfig.__module__ = __name__
+    RelayConfig.__doc__ = _RelayCoreConfig.__doc__
 
 
 @dataclass
@@ -341,10 +357,8 @@ class ExperimentConfig:
                     expected, ok = _in_range(RANGES[key], value)
                     check(ok, key, expected, value)
         r = self.relay
-        check(r.mode in _literal_values(RelayConfig, "mode"),
-              "relay.mode", f"one of {', '.join(_literal_values(RelayConfig, 'mode'))}", r.mode)
-        check(r.insertion_priority in _literal_values(RelayConfig, "insertion_priority"),
-              "relay.insertion_priority", "one of max, sender, legacy", r.insertion_priority)
+        for key in ("relay.mode", "relay.insertion_priority"):
+            check_relay_setting(key, getattr(r, key.split(".")[1]), labels.get(key))
         u = self.run
         # numpy seeds must lie in [0, 2**32); leave room for the per-env and per-episode strides added later
         train_seed = u.seed + self.env.seed_offset
@@ -505,6 +519,31 @@ def _literal_values(cls: type, name: str) -> tuple[str, ...]:
     return tuple(get_args(hint)) if get_origin(hint) is Literal else ()
 
 
+def check_relay_setting(key: str, value: Any, label: str | None = None) -> None:
+    """The one check of a relay setting (``relay.mode``, ``relay.bandwidth``, ``relay.window``, a rule parameter).
+
+    Used by ``ExperimentConfig.validate`` (via ``RANGES`` for the numeric ones), ``Relay`` and
+    ``suPERDQNConfig``, so every backend refuses the same values with the same message.
+
+    Args:
+        key: dotted key.
+        value: the value to check.
+        label: the flag as the user typed it (``--suPER_bandwidth``, ``suPER_bandwidth``); default ``key``.
+
+    Raises:
+        ConfigError: ``"<label>: expected <range>, got <value>"``.
+    """
+    name = key.removeprefix("relay.")
+    if name == "mode":
+        expected, ok = f"one of {', '.join(mode_names())}", value in mode_names()
+    elif name == "insertion_priority":
+        choices = _literal_values(RelayConfig, name)
+        expected, ok = f"one of {', '.join(choices)}", value in choices
+    else:
+        expected, ok = _in_range(RANGES[key], value)
+    _check(ok, label or key, expected, value)
+
+
 def _check(ok: bool, key: str, expected: str, got: Any) -> None:
     if not ok:
         raise ConfigError(f"{key}: expected {expected}, got {got!r}")
@@ -536,6 +575,7 @@ RANGES: dict[str, str] = {
     "qmix.epsilon_timesteps": INT1,
     "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,
     "run.eval_episodes": INT0, "run.eval_batch": INT0, "run.threads": INT0,
+    **{f"relay.{p.name}": p.range for p in rule_params() if p.type in (int, float)},  # from the rules' records
 }
 """The allowed range of every numeric config field (``section.field`` -> range), checked by ``validate``.
 
@@ -553,6 +593,8 @@ def _in_range(spec: str, v: Any) -> tuple[str, bool]:
     if spec == "list int >= 1":
         return expected, isinstance(v, list) and bool(v) and all(isinstance(x, int) and x >= 1 for x in v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return expected, False
+    if spec in (INT1, INT0) and not isinstance(v, int):  # config fields are coerced; RLlib's keys are not
         return expected, False
     ok = {POS: v > 0, NONNEG: v >= 0, UNIT: 0 <= v <= 1, UNIT_OPEN: 0 < v <= 1, INT1: v >= 1, INT0: v >= 0}[spec]
     return expected, ok

@@ -13,7 +13,11 @@ online and target networks before the update. With bandwidth ``b`` it relays row
 * ``gaussian_variance``: ``|td_i| > mu(H_s) + sigma^2(H_s) * z_{1-b}`` -- the original code passed the
   variance as the scale (REFERENCE section 14, item 2); kept to reproduce its numbers;
 * ``stochastic``: independently with probability ``p_i = min(1, b * n_s * |td_i| / sum_j |td_j|)``,
-  drawn from the generator passed in (expected count ``b * n_s`` unless clipped).
+  drawn from the generator passed in (expected count ``b * n_s`` unless clipped);
+* ``topk``: the ``relay.k`` rows of highest |td| of the fragment (the bandwidth only acts at its edges).
+
+Each rule is one registered record in ``suPER.core.selection.SELECTION_RULES`` (its selector, whether
+it uses the window, its own parameters); ``Relay`` dispatches by registry lookup.
 
 ``b = 0`` relays nothing and ``b = 1`` relays everything in every mode (share-all). The original's
 strict ``>`` would keep the window minimum back in quantile mode at ``b = 1``; we special-case the
@@ -29,15 +33,30 @@ triples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.stats import norm
 
-MODES = ("quantile", "gaussian", "gaussian_variance", "stochastic")
-"""Selection rules."""
+from suPER.core.selection import SELECTION_RULES, mode_names
+
+if TYPE_CHECKING:
+    from suPER.config import RelayConfig
+
+MODES = mode_names()
+"""Selection rules (the names registered in ``suPER.core.selection.SELECTION_RULES``)."""
+
+RELAY_SEED_OFFSET = 2
+"""The relay's generator is seeded with the run seed + this, on every backend."""
+
+SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
+"""Envs whose original config used worker-side prioritization (only matters for legacy priorities);
+other envs (any RLlib MultiAgentEnv) count as False."""
+
+PAPER_FLAGS = {"relay.mode": "--suPER_mode", "relay.bandwidth": "--suPER_bandwidth", "relay.window": "--suPER_window",
+               "relay.insertion_priority": "--suPER_insertion_priority"}
+"""How ``Relay``'s own checks name its settings when no labels are passed (the paper's flags)."""
 
 INSERTION_PRIORITIES = ("max", "sender", "legacy")
 """How a receiver's buffer prioritises relayed rows (see ``insertion_priorities``)."""
@@ -97,7 +116,7 @@ class TDWindow:
 
 
 def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
-    """The |TD| threshold above which a row is relayed (quantile and gaussian modes).
+    """The |TD| threshold above which a row is relayed (the windowed rules: quantile and gaussian modes).
 
     Args:
         mode: quantile | gaussian | gaussian_variance.
@@ -108,14 +127,9 @@ def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
         ``q_{1-b}(H)``, ``mu + sigma z_{1-b}`` or ``mu + sigma^2 z_{1-b}``. NaN when the spread is 0 in
         the gaussian modes (scipy's convention; nothing is relayed then, as in the original).
     """
-    if mode == "quantile":
-        return float(np.quantile(window_values, 1.0 - bandwidth))
-    mu = float(np.mean(window_values))
-    var = float(np.var(window_values))
-    scale = np.sqrt(var) if mode == "gaussian" else var
-    if scale <= 0:
-        return float("nan")
-    return float(norm.isf(bandwidth, loc=mu, scale=scale))
+    empty = np.zeros(0)
+    return SELECTION_RULES[mode].select(empty, np.asarray(window_values, dtype=np.float64), bandwidth,
+                                        np.random.default_rng(0), {})[1]
 
 
 @dataclass
@@ -135,7 +149,7 @@ class RelayPlan:
     received_N: np.ndarray
     """int64 [N] relayed rows received per agent"""
     threshold_N: np.ndarray
-    """float [N] threshold used per sender (NaN for stochastic mode and non-participants)"""
+    """float [N] threshold used per sender (NaN for stochastic mode, a rule without one, and non-participants)"""
 
     @property
     def n_relayed(self) -> int:
@@ -143,24 +157,78 @@ class RelayPlan:
         return int(len(self.receiver_K))
 
 
+@dataclass(frozen=True)
+class InsertionPolicy:
+    """How relayed (and, for ``legacy``, own) rows are prioritised in the receiver's buffer; one per run."""
+
+    rule: str = "max"
+    """max | sender | legacy (``INSERTION_PRIORITIES``)"""
+    eps: float = 1e-6
+    """the buffer's priority epsilon (``dqn.per_eps``)"""
+    sender_side: bool = False
+    """the env used worker-side prioritization in the original (``SENDER_SIDE_PRIORITIES``)"""
+
+    @classmethod
+    def from_config(cls, rc: RelayConfig, env_name: str | None, per_eps: float) -> InsertionPolicy:
+        """The policy of a run: ``rc.insertion_priority``, ``per_eps`` and the env's sender-side flag."""
+        return cls(rc.insertion_priority, float(per_eps), SENDER_SIDE_PRIORITIES.get(env_name or "", False))
+
+    def priorities(self, td_abs_K: np.ndarray, receiver_K: np.ndarray) -> np.ndarray | None:
+        """``insertion_priorities`` with this policy's rule, eps and sender-side flag."""
+        return insertion_priorities(self.rule, td_abs_K, receiver_K, self.eps, self.sender_side)
+
+
 class Relay:
-    """SUPER selection + routing for one team, with per-sender TD windows and a seeded generator."""
+    """SUPER selection + routing for one team, with per-sender TD windows and a seeded generator.
+
+    Trainers build it with ``Relay.from_config`` (the one place that decides seed offset, priority
+    eps and the legacy insertion rule); the plain constructor is for tests and direct use.
+    """
 
     def __init__(self, agent_ids: Sequence[str], mode: str = "quantile", bandwidth: float = 0.1,
                  window: int = 1500, team: str | Sequence[str] | None = None,
-                 exclude: Sequence[str] = (), rng: np.random.Generator | None = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"--suPER_mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        if not 0.0 <= bandwidth <= 1.0:
-            raise ValueError(f"--suPER_bandwidth: expected a number in [0, 1], got {bandwidth!r}")
-        if window < 1:
-            raise ValueError(f"--suPER_window: expected an integer >= 1, got {window!r}")
+                 exclude: Sequence[str] = (), rng: np.random.Generator | None = None,
+                 params: Mapping[str, Any] | None = None, insertion: InsertionPolicy | None = None,
+                 labels: Mapping[str, str] | None = None) -> None:
+        from suPER.config import check_relay_setting
+
+        labels = {**PAPER_FLAGS, **(labels or {})}
+        for key, value in (("relay.mode", mode), ("relay.bandwidth", bandwidth), ("relay.window", window)):
+            check_relay_setting(key, value, labels.get(key))
         self.agent_ids = list(agent_ids)
         self.mode = mode
+        self.rule = SELECTION_RULES[mode]
+        self.params = {p.name: p.default for p in self.rule.params}
+        self.params.update({k: v for k, v in (params or {}).items() if k in self.params})
+        for p in self.rule.params:
+            check_relay_setting(f"relay.{p.name}", self.params[p.name], labels.get(f"relay.{p.name}"))
         self.bandwidth = float(bandwidth)
         self.participants_N = team_mask(self.agent_ids, team, exclude)
         self.windows = TDWindow(len(self.agent_ids), window)
         self.rng = rng if rng is not None else np.random.default_rng()
+        self.insertion = insertion if insertion is not None else InsertionPolicy()
+
+    @classmethod
+    def from_config(cls, rc: RelayConfig, agent_ids: Sequence[str], *, seed: int | None, per_eps: float,
+                    env_name: str | None = None, team: str | Sequence[str] | None = None,
+                    exclude: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> Relay:
+        """The relay of a run, the same on every backend.
+
+        Args:
+            rc: the typed relay config (mode, bandwidth, window, team, insertion priority, rule parameters).
+            agent_ids: the N sharing policies/modules in array order.
+            seed: the run seed; the relay's generator gets ``seed + RELAY_SEED_OFFSET`` (None: unseeded).
+            per_eps: the receiver buffers' priority epsilon (``dqn.per_eps``) for sender/legacy priorities.
+            env_name: the paper env's name (decides the legacy rule's sender-side flag); None for other envs.
+            team: overrides ``rc.team`` (RLlib accepts a list of module ids); None: ``rc.team`` ("" = all).
+            exclude: ids that never take part (fixed opponents, non-trainable modules).
+            labels: dotted key -> the flag as typed, for error messages.
+        """
+        params = {p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params} if rc.mode in SELECTION_RULES else {}
+        return cls(agent_ids, mode=rc.mode, bandwidth=float(rc.bandwidth), window=int(rc.window),
+                   team=(team if team is not None else rc.team) or None, exclude=exclude,
+                   rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET), params=params,
+                   insertion=InsertionPolicy.from_config(rc, env_name, per_eps), labels=labels)
 
     @property
     def active(self) -> bool:
@@ -180,21 +248,17 @@ class Relay:
         n_agents = td_abs_NT.shape[0]
         selected = np.zeros(td_abs_NT.shape, dtype=bool)
         thresholds = np.full(n_agents, np.nan)
-        b = self.bandwidth
+        b, rule = self.bandwidth, self.rule
         for s in np.flatnonzero(self.participants_N):  # loop over senders (<= team size), not rows
             rows = np.flatnonzero(valid_NT[s])
             if rows.size == 0:
                 continue
             td = td_abs_NT[s, rows].astype(np.float64)
-            hist = self.windows.push(int(s), td) if self.mode != "stochastic" else td
+            hist = self.windows.push(int(s), td) if rule.uses_window else td
             if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
                 chosen = np.full(td.size, b >= 1.0)
-            elif self.mode == "stochastic":
-                chosen = self.rng.random(td.size) < _stochastic_probabilities(td, b)
             else:
-                c = threshold(self.mode, hist, b)
-                thresholds[s] = c
-                chosen = td > c  # NaN threshold (zero spread) -> nothing, as the original
+                chosen, thresholds[s] = rule.select(td, hist, b, self.rng, self.params)
             selected[s, rows[chosen]] = True
         return selected, thresholds
 
@@ -238,15 +302,6 @@ class Relay:
         """Restore from ``state_dict``."""
         self.windows.load_state_dict(state["windows"])
         self.rng.bit_generator.state = state["rng"]
-
-
-def _stochastic_probabilities(td_abs: np.ndarray, bandwidth: float) -> np.ndarray:
-    """p_i = min(1, b * n * |td_i| / sum_j |td_j|); NaN (all-zero TD) or negative -> 0."""
-    total = td_abs.sum()
-    if total <= 0 or not np.isfinite(total):
-        return np.zeros(td_abs.size)
-    p = bandwidth * td_abs.size * td_abs / total
-    return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
 
 
 def insertion_priorities(rule: str, td_abs_K: np.ndarray, receiver_K: np.ndarray, eps: float,

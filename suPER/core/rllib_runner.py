@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
+from suPER.core.selection import SELECTION_RULES
 from suPER.evaluation import evaluate
 from suPER.opponents import make_env
 from suPER.runs import (  # same Summary and W&B key names as the native backend
@@ -52,6 +53,7 @@ from suPER.runs import (  # same Summary and W&B key names as the native backend
 )
 
 ProgressFn = Callable[[int, dict[str, float]], None]
+
 
 def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
     """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
@@ -196,6 +198,8 @@ def build_config(cfg: ExperimentConfig) -> Any:
                                   "beta": d.per_beta},
             suPER=rc.enabled, suPER_mode=rc.mode, suPER_bandwidth=rc.bandwidth, suPER_window=rc.window,
             suPER_team_sharing=rc.team or None, suPER_insertion_priority=rc.insertion_priority,
+            suPER_params={p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params},
+            suPER_priority_eps=d.per_eps, suPER_env_name=cfg.env.name,
         )
         .reporting(min_sample_timesteps_per_iteration=cfg.eval_interval, min_time_s_per_iteration=0,
                    metrics_num_episodes_for_smoothing=20)

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,24 +54,24 @@ from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.metrics import TIMERS
 
-from suPER.core.relay import INSERTION_PRIORITIES, MODES, Relay, insertion_priorities
+from suPER.config import ConfigError, RelayConfig, check_relay_setting
+from suPER.core.relay import INSERTION_PRIORITIES, Relay
 from suPER.core.rllib_buffer import (
     BUFFER_PATH,
     ROW_KEY,
     RelayMultiAgentPrioritizedEpisodeReplayBuffer,
     check_rllib_internals,
 )
+from suPER.core.selection import rule_params
 
 logger = logging.getLogger(__name__)
 
 STOCK_PRIORITIZED_BUFFERS = ("PrioritizedEpisodeReplayBuffer", "MultiAgentPrioritizedEpisodeReplayBuffer")
 """Buffer types that suPERDQN replaces with its relay buffer (same kwargs) when suPER is on."""
 
-RELAY_SEED_OFFSET = 2
-"""The relay's generator is seeded with config.seed + this (as the native trainer)."""
-
 PRIORITY_EPS = 1e-6
-"""eps in ``|td| + eps`` for the sender/legacy insertion priorities."""
+"""Default ``suPER_priority_eps``: eps in ``|td| + eps`` for the sender/legacy insertion priorities
+(``rllib_runner`` passes ``dqn.per_eps``, as the native trainer uses)."""
 
 SUPER_STATE_KEY = "suPER_relay"
 """Key of the relay state in ``suPERDQN.get_state()`` (and so in checkpoints)."""
@@ -91,7 +90,8 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
 
     Attributes:
         suPER: relay surprising transitions to teammates (False = plain RLlib DQN).
-        suPER_mode: quantile | gaussian | gaussian_variance | stochastic (see suPER.core.relay).
+        suPER_mode: a registered selection rule (``suPER.core.selection.SELECTION_RULES``: quantile,
+            gaussian, gaussian_variance, stochastic, topk, ...).
         suPER_bandwidth: fraction of each sender's fresh transitions to relay, in [0, 1].
         suPER_window: length of each sender's sliding |TD| window (quantile/gaussian modes).
         suPER_team_sharing: None/"" = every trainable module; a string = substring of module ids
@@ -100,6 +100,11 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
             the original's RLlib 2.1 behaviour without worker-side prioritization).
         suPER_module_per_agent: with no policies configured and a MultiAgentEnv, map every agent to
             its own module (module id = str(agent id)).
+        suPER_params: the selection rule's own parameters by name (``{"k": 3}`` for topk); unset ones
+            take the rule's defaults.
+        suPER_priority_eps: eps of the sender/legacy insertion priorities ``|td| + eps``.
+        suPER_env_name: the paper env trained on (pursuit | battle | adversarial_pursuit), which decides
+            the legacy rule's sender-side flag as on the native backend; None for any other env.
     """
 
     def __init__(self, algo_class: type | None = None) -> None:
@@ -111,13 +116,17 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
         self.suPER_team_sharing: str | list[str] | None = None
         self.suPER_insertion_priority = "max"
         self.suPER_module_per_agent = True
+        self.suPER_params: dict[str, Any] = {}
+        self.suPER_priority_eps = PRIORITY_EPS
+        self.suPER_env_name: str | None = None
         # multi-agent prioritized replay with the relay buffer (a string: RLlib tests substrings of it)
         self.replay_buffer_config = {"type": BUFFER_PATH, "capacity": 50000, "alpha": 0.6, "beta": 0.4}
 
     def training(self, *, suPER: Any = NotProvided, suPER_mode: Any = NotProvided,  # noqa: N803
                  suPER_bandwidth: Any = NotProvided, suPER_window: Any = NotProvided,  # noqa: N803
                  suPER_team_sharing: Any = NotProvided, suPER_insertion_priority: Any = NotProvided,  # noqa: N803
-                 suPER_module_per_agent: Any = NotProvided,  # noqa: N803
+                 suPER_module_per_agent: Any = NotProvided, suPER_params: Any = NotProvided,  # noqa: N803
+                 suPER_priority_eps: Any = NotProvided, suPER_env_name: Any = NotProvided,  # noqa: N803
                  suPER_mean_stddev_window: Any = NotProvided,  # noqa: N803 - the original's name for window
                  **kwargs: Any) -> suPERDQNConfig:
         """DQNConfig.training plus the suPER_* settings (validated in ``validate``)."""
@@ -127,7 +136,8 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
         for name, value in (("suPER", suPER), ("suPER_mode", suPER_mode), ("suPER_bandwidth", suPER_bandwidth),
                             ("suPER_window", suPER_window), ("suPER_team_sharing", suPER_team_sharing),
                             ("suPER_insertion_priority", suPER_insertion_priority),
-                            ("suPER_module_per_agent", suPER_module_per_agent)):
+                            ("suPER_module_per_agent", suPER_module_per_agent), ("suPER_params", suPER_params),
+                            ("suPER_priority_eps", suPER_priority_eps), ("suPER_env_name", suPER_env_name)):
             if value is not NotProvided:
                 setattr(self, name, value)
         return self
@@ -149,14 +159,18 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
 
         if not isinstance(self.suPER, bool):
             bad("suPER", "True or False", self.suPER)
-        if self.suPER_mode not in MODES:
-            bad("suPER_mode", f"one of {', '.join(MODES)}", self.suPER_mode)
-        b = self.suPER_bandwidth
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or math.isnan(b) or not 0.0 <= b <= 1.0:
-            bad("suPER_bandwidth", "a number in [0, 1]", b)
-        w = self.suPER_window
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-            bad("suPER_window", "an integer >= 1", w)
+        try:  # the checks every backend shares (suPER.config.check_relay_setting), named as typed here
+            for key, value in (("relay.mode", self.suPER_mode), ("relay.bandwidth", self.suPER_bandwidth),
+                               ("relay.window", self.suPER_window)):
+                check_relay_setting(key, value, key.replace("relay.", "suPER_"))
+            known = {p.name for p in rule_params()}
+            if not isinstance(self.suPER_params, dict) or not set(self.suPER_params) <= known:
+                bad("suPER_params", f"a dict with keys among {', '.join(sorted(known))}", self.suPER_params)
+            for name, value in self.suPER_params.items():
+                check_relay_setting(f"relay.{name}", value, f"suPER_params[{name!r}]")
+            check_relay_setting("dqn.per_eps", self.suPER_priority_eps, "suPER_priority_eps")
+        except ConfigError as e:
+            self._value_error(str(e))
         t = self.suPER_team_sharing
         if not (t is None or isinstance(t, str) or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))):
             bad("suPER_team_sharing", "None, a substring of module ids, or a list of module ids", t)
@@ -231,12 +245,8 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
                             f"replay_buffer_config['type'] = {BUFFER_PATH!r} (suPERDQNConfig sets it by default)")
         modules = self._learner_modules()
         ids = sorted(modules)
-        seed = self.config.seed
         team = self.config.suPER_team_sharing
-        self.relay = Relay(ids, mode=self.config.suPER_mode, bandwidth=float(self.config.suPER_bandwidth),
-                           window=int(self.config.suPER_window), team=team if team else None,
-                           exclude=[m for m in ids if not modules[m]],
-                           rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET))
+        self.relay = relay_from_config(self.config, ids, exclude=[m for m in ids if not modules[m]])
         if not self.relay.active:
             logger.warning("suPERDQN: fewer than two trainable modules take part (modules %s, team %r); "
                            "the relay is a no-op", ids, team)
@@ -268,8 +278,7 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
                 src = [rows_N[s][r] for s, r in zip(plan.sender_K, plan.row_K)]
                 receivers = [ids[r] for r in plan.receiver_K]
                 self._check_spaces(buffer, src, receivers, rows_N)
-                prio = insertion_priorities(self.config.suPER_insertion_priority, td_NT[plan.sender_K, plan.row_K],
-                                            plan.receiver_K, PRIORITY_EPS, sender_side_priorities=False)
+                prio = relay.insertion.priorities(td_NT[plan.sender_K, plan.row_K], plan.receiver_K)
                 buffer.add_relayed(receivers, [x[0] for x in src], [x[1] for x in src], [x[2] for x in src], prio)
             self._log_relay(plan.fraction_N, plan.n_relayed)
 
@@ -334,7 +343,7 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
         c = self.config
         return {"suPER": c.suPER, "suPER_mode": c.suPER_mode, "suPER_bandwidth": c.suPER_bandwidth,
                 "suPER_window": c.suPER_window, "suPER_team_sharing": c.suPER_team_sharing,
-                "suPER_insertion_priority": c.suPER_insertion_priority}
+                "suPER_insertion_priority": c.suPER_insertion_priority, "suPER_params": dict(c.suPER_params)}
 
     def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict[str, Any]:
         """Algorithm state plus ``suPER_relay``: module ids, settings and the relay's windows + generator."""
@@ -418,6 +427,30 @@ def _type_name(buffer_type: Any) -> str:
     if isinstance(buffer_type, str):
         return buffer_type.rsplit(".", 1)[-1]
     return getattr(buffer_type, "__name__", str(buffer_type))
+
+
+def relay_config_of(config: suPERDQNConfig) -> RelayConfig:
+    """The typed relay config of a ``suPERDQNConfig`` (its suPER_* keys) -- what the native trainer reads."""
+    team = config.suPER_team_sharing
+    return RelayConfig(enabled=bool(config.suPER), mode=config.suPER_mode, bandwidth=float(config.suPER_bandwidth),
+                       window=int(config.suPER_window), team=team if isinstance(team, str) else "",
+                       insertion_priority=config.suPER_insertion_priority, **config.suPER_params)
+
+
+def relay_from_config(config: suPERDQNConfig, module_ids: Sequence[str], exclude: Sequence[str] = ()) -> Relay:
+    """``Relay.from_config`` for ``suPERDQN`` (the same constructor, seed offset, eps and legacy rule as native).
+
+    Args:
+        config: the algorithm's (validated) config.
+        module_ids: the sharing modules in array order.
+        exclude: modules that never take part (non-trainable).
+    """
+    team = config.suPER_team_sharing
+    return Relay.from_config(relay_config_of(config), module_ids, seed=config.seed,
+                             per_eps=float(config.suPER_priority_eps), env_name=config.suPER_env_name,
+                             team=team if team else None, exclude=exclude,
+                             labels={"relay.mode": "suPER_mode", "relay.bandwidth": "suPER_bandwidth",
+                                     "relay.window": "suPER_window"})
 
 
 def _is_relay_buffer(buffer_type: Any) -> bool:

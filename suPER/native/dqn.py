@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig
-from suPER.core.relay import Relay, RelayPlan, insertion_priorities
+from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
@@ -46,9 +46,6 @@ from suPER.runs import (
     RunFolder,
     Summary,
 )
-
-SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
-"""Envs whose original config used worker-side prioritization (only matters for legacy priorities)."""
 
 
 def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
@@ -90,13 +87,12 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     # ---- relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
     relay = None
     if rc.enabled:
-        relay = Relay([spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                      mode=rc.mode, bandwidth=rc.bandwidth, window=rc.window, team=rc.team or None,
-                      rng=np.random.default_rng(seed + 2))
+        relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
+                                  seed=seed, per_eps=d.per_eps, env_name=spec.name)
         if not relay.active:
             print("note: SUPER relay is a no-op here (fewer than two sharing policies, e.g. parameter sharing)")
-    legacy_priorities = rc.insertion_priority == "legacy"
-    sender_side = SENDER_SIDE_PRIORITIES[spec.name]
+    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, spec.name, d.per_eps)
+    legacy_priorities = insertion.rule == "legacy"
 
     def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """obs [P, B, *O] (any numeric dtype) -> q [P, B, A] on ``device``."""
@@ -232,19 +228,18 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
         # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
         td_NT = None
-        if (relay is not None and relay.active) or (legacy_priorities and sender_side):
+        if (relay is not None and relay.active) or (legacy_priorities and insertion.sender_side):
             with timer("relay"):
                 td_NT = td_errors(*frag.grouped(n_pol)).reshape(n_agents, T).cpu().numpy()
 
         # store: the fragment's own rows go to each agent's policy buffer
         with timer("store"):
-            store_fragment(buffer, frag, policy_of_agent_N, td_NT if legacy_priorities else None,
-                           d.per_eps, sender_side)
+            store_fragment(buffer, frag, policy_of_agent_N, td_NT if legacy_priorities else None, insertion)
 
         # relay: select surprising fresh rows and copy them into teammates' buffers
         if relay is not None and relay.active and td_NT is not None:
             with timer("relay"):
-                plan = relay_fragment(buffer, frag, relay, td_NT, rc.insertion_priority, d.per_eps, sender_side)
+                plan = relay_fragment(buffer, frag, relay, td_NT)
                 relay_fraction.append(plan.fraction_N)
                 relay_received += plan.received_N
 
@@ -308,7 +303,7 @@ class Fragment:
 
 
 def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.ndarray,
-                   legacy_td_NT: np.ndarray | None, eps: float, sender_side: bool) -> None:
+                   legacy_td_NT: np.ndarray | None, insertion: InsertionPolicy) -> None:
     """Add every valid row of ``frag`` to its agent's policy buffer.
 
     Priority: the policy's running max (PER convention), or with ``legacy_td_NT`` given the original's
@@ -318,17 +313,16 @@ def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.
     t_K, n_K = np.nonzero(frag.valid_TN)
     priority = None
     if legacy_td_NT is not None:
-        priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + eps if sender_side
+        priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + insertion.eps if insertion.sender_side
                     else np.ones(len(n_K)))
     buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority, stream_K=n_K)
 
 
-def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: np.ndarray, rule: str, eps: float,
-                   sender_side: bool) -> RelayPlan:
-    """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers."""
+def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: np.ndarray) -> RelayPlan:
+    """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers (``relay.insertion`` priorities)."""
     plan = relay.plan(td_NT, frag.valid_TN.T)
     if plan.n_relayed:
         s_K, r_K = plan.sender_K, plan.row_K
-        priority = insertion_priorities(rule, td_NT[s_K, r_K], plan.receiver_K, eps, sender_side)
+        priority = relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
         buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority, stream_K=s_K)
     return plan

@@ -81,3 +81,34 @@ def test_env_wrapper_speaks_rllib_dicts(terminal: bool) -> None:
     obs2, _ = env.reset()
     assert set(obs2) == set(ids)
     env.close()
+
+
+@pytest.mark.parametrize("env", ["pursuit", "battle"])
+def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
+    """--legacy: the relay suPERDQN builds from build_config equals the native one (seed, eps, sender-side rule)."""
+    from suPER.core.relay import SENDER_SIDE_PRIORITIES, Relay
+    from suPER.core.trainers import relay_from_config
+
+    cfg = C.resolve(env, named={"relay.enabled": True, **C.legacy_settings(None)},
+                    overrides={"dqn.per_eps": 1e-5, "run.seed": 5})
+    ids = ["a_0", "a_1", "a_2"]
+    native = Relay.from_config(cfg.relay, ids, seed=cfg.run.seed, per_eps=cfg.dqn.per_eps, env_name=env)
+    config = build_config(cfg)
+    config.validate()
+    rllib = relay_from_config(config, ids)
+    assert native.insertion == rllib.insertion
+    assert native.insertion.sender_side == SENDER_SIDE_PRIORITIES[env]
+    assert (rllib.mode, rllib.bandwidth, rllib.windows.window) == (native.mode, native.bandwidth, native.windows.window)
+    td_NT = np.random.default_rng(0).exponential(size=(3, 8))
+    valid_NT = np.ones_like(td_NT, dtype=bool)
+    plans = [r.plan(td_NT, valid_NT) for r in (native, rllib)]  # same generator seed -> same picks
+    np.testing.assert_array_equal(plans[0].selected_NT, plans[1].selected_NT)
+    p = plans[0]
+    prio = [r.insertion.priorities(td_NT[p.sender_K, p.row_K], p.receiver_K) for r in (native, rllib)]
+    np.testing.assert_array_equal(prio[0], prio[1])
+    if env == "battle":  # the sender's |td| + dqn.per_eps of each receiver's first relayed row
+        first = {int(r): int(np.flatnonzero(p.receiver_K == r)[0]) for r in np.unique(p.receiver_K)}
+        expected = [td_NT[p.sender_K[first[r]], p.row_K[first[r]]] + 1e-5 for r in p.receiver_K]
+        np.testing.assert_allclose(prio[0], expected, rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(prio[0], np.ones(p.n_relayed))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suPER.core.relay import Relay
+from suPER.core.relay import InsertionPolicy, Relay
 from suPER.native.dqn import Fragment, relay_fragment, store_fragment
 from suPER.replay import MultiAgentPER
 
 N, T, OBS = 3, 2, (2, 2, 1)
 ALPHA, EPS = 0.6, 1e-6
+PLAIN = InsertionPolicy("max", EPS, sender_side=False)
 
 
 def make_fragment(valid: np.ndarray | None = None) -> Fragment:
@@ -37,9 +38,10 @@ def test_bandwidth_one_fills_each_buffer_with_the_others_rows(rule: str) -> None
     frag = make_fragment()
     td_NT = np.arange(1, N * T + 1, dtype=np.float64).reshape(N, T) / 10  # |td| of (n, t) = (n*T + t + 1) / 10
     buf = MultiAgentPER(N, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
-    store_fragment(buf, frag, np.arange(N), None, EPS, sender_side=False)
-    relay = Relay(["a_0", "a_1", "a_2"], mode="quantile", bandwidth=1.0)
-    plan = relay_fragment(buf, frag, relay, td_NT, rule, EPS, sender_side=False)
+    store_fragment(buf, frag, np.arange(N), None, PLAIN)
+    relay = Relay(["a_0", "a_1", "a_2"], mode="quantile", bandwidth=1.0,
+                  insertion=InsertionPolicy(rule, EPS, sender_side=False))
+    plan = relay_fragment(buf, frag, relay, td_NT)
     assert plan.n_relayed == N * T * (N - 1)
     for r in range(N):
         rewards, prio = buffer_rows(buf, r)
@@ -68,10 +70,11 @@ def test_legacy_sender_side_priority_is_first_row_of_each_receivers_chunk() -> N
     frag = make_fragment()
     td_NT = np.array([[0.5, 0.1], [0.7, 0.2], [0.9, 0.3]])
     buf = MultiAgentPER(N, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
-    store_fragment(buf, frag, np.arange(N), td_NT, EPS, sender_side=True)
+    legacy = InsertionPolicy("legacy", EPS, sender_side=True)
+    store_fragment(buf, frag, np.arange(N), td_NT, legacy)
     for r in range(N):  # own rows: the agent's first-row |td| + eps for the whole fragment
         np.testing.assert_allclose(buffer_rows(buf, r)[1], (td_NT[r, 0] + EPS) ** ALPHA)
-    relay_fragment(buf, frag, Relay(["a", "b", "c"], bandwidth=1.0), td_NT, "legacy", EPS, sender_side=True)
+    relay_fragment(buf, frag, Relay(["a", "b", "c"], bandwidth=1.0, insertion=legacy), td_NT)
     for r in range(N):
         rewards, prio = buffer_rows(buf, r)
         first_sender = min(n for n in range(N) if n != r)  # chunk order: senders ascending, rows ascending
@@ -83,9 +86,9 @@ def test_bandwidth_zero_buffers_equal_plain_dqn() -> None:
     td_NT = np.random.default_rng(1).random((N, T))
     plain = MultiAgentPER(N, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
     shared = MultiAgentPER(N, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
-    store_fragment(plain, frag, np.arange(N), None, EPS, False)
-    store_fragment(shared, frag, np.arange(N), None, EPS, False)
-    plan = relay_fragment(shared, frag, Relay(["a", "b", "c"], bandwidth=0.0), td_NT, "max", EPS, False)
+    store_fragment(plain, frag, np.arange(N), None, PLAIN)
+    store_fragment(shared, frag, np.arange(N), None, PLAIN)
+    plan = relay_fragment(shared, frag, Relay(["a", "b", "c"], bandwidth=0.0), td_NT)
     assert plan.n_relayed == 0
     for key, value in plain.state_dict().items():
         np.testing.assert_array_equal(value, shared.state_dict()[key], err_msg=key)
@@ -96,15 +99,15 @@ def test_dead_agent_neither_sends_nor_receives() -> None:
     valid[:, 2] = False  # agent 2 dead for the whole fragment
     frag = make_fragment(valid)
     buf = MultiAgentPER(N, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
-    store_fragment(buf, frag, np.arange(N), None, EPS, False)
-    relay_fragment(buf, frag, Relay(["a", "b", "c"], bandwidth=1.0), np.ones((N, T)), "max", EPS, False)
+    store_fragment(buf, frag, np.arange(N), None, PLAIN)
+    relay_fragment(buf, frag, Relay(["a", "b", "c"], bandwidth=1.0), np.ones((N, T)))
     assert buf.sizes.tolist() == [2 * T, 2 * T, 0]
 
 
 def test_parameter_sharing_stores_all_agents_in_one_buffer() -> None:
     frag = make_fragment()
     buf = MultiAgentPER(1, 100, OBS, np.float32, alpha=ALPHA, eps=EPS, rng=np.random.default_rng(0))
-    store_fragment(buf, frag, np.zeros(N, dtype=np.int64), None, EPS, False)
+    store_fragment(buf, frag, np.zeros(N, dtype=np.int64), None, PLAIN)
     assert sorted(buffer_rows(buf, 0)[0]) == sorted(10 * n + t for n in range(N) for t in range(T))
 
 
@@ -125,3 +128,24 @@ def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
         if col not in ("env_steps_per_sec", "wall_time_s"):
             np.testing.assert_array_equal(a[col], b[col], err_msg=col)
     assert a["relayed_rows_total"][-1] > 0
+
+
+def test_topk_run_relays_exactly_k_rows_per_sender_per_fragment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--super-mode topk --set relay.k=3`` on the native trainer: every (always alive) pursuer sends 3 rows a fragment."""
+    from suPER import config as C
+    from suPER.native.dqn import train
+    from suPER.runs import RunFolder, read_metrics
+
+    k = 3
+    overrides = {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 8,
+                 "env.kwargs.y_size": 8, "env.horizon": 50, "dqn.model": "mlp", "dqn.learning_starts": 50,
+                 "run.num_timesteps": 200, "run.eval_interval": 100, "run.eval_episodes": 1, "relay.enabled": True,
+                 "relay.mode": "topk", "relay.k": k, "relay.bandwidth": 0.5, "run.seed": 2}
+    cfg = C.resolve("pursuit", overrides=overrides)
+    train(cfg, RunFolder(tmp_path / "run"))
+    m = read_metrics(tmp_path / "run" / "metrics.csv")
+    T, n = cfg.dqn.rollout_fragment_length, 3
+    # an evaluation runs at the fragment's last env step, before that fragment's relay phase
+    fragments = np.asarray(m["env_steps"][1:]) // T - 1
+    np.testing.assert_array_equal(m["relayed_rows_total"][1:], fragments * n * k * (n - 1))
+    np.testing.assert_allclose(m["fraction_shared_mean"][1:], k / T, rtol=1e-12)
