@@ -24,7 +24,7 @@ EASY_PURSUIT = {
     "env.kwargs.n_pursuers": 4, "env.kwargs.n_evaders": 4, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8,
     "env.kwargs.max_cycles": 100, "env.horizon": 100, "env.kwargs.freeze_evaders": True,
     "env.kwargs.surround": False, "env.kwargs.n_catch": 1,
-    "seac.lr": 1e-3, "run.num_timesteps": 24000, "run.eval_interval": 6000, "run.eval_episodes": 10,
+    "seac.lr": 1e-3, "run.num_timesteps": 24000, "run.eval_interval": 6000, "run.eval_episodes": 20,
     "run.progress": False, "run.device": "cpu",
 }
 MARGIN = 8.0
