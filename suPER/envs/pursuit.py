@@ -29,6 +29,24 @@ from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 from suPER.envs.base import EnvSpec, StepResult
 
 
+def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int) -> EnvSpec:
+    """The spec of a pursuit game (single or batched): N pursuers learn, observations (R, R, 3) of agent counts.
+
+    Observation values are agent counts (and 1 for walls), bounded by the larger team size, so uint8 stores
+    them losslessly unless a team has more than 255 agents.
+    """
+    max_count = max(n_pursuers, n_evaders)
+    return EnvSpec(
+        name="pursuit",
+        learner_ids=tuple(f"pursuer_{i}" for i in range(n_pursuers)),
+        opponent_ids=(),
+        obs_shape=(obs_range, obs_range, 3),
+        obs_dtype=np.uint8 if max_count <= np.iinfo(np.uint8).max else np.uint16,
+        n_actions=n_actions,
+        team="pursuer",
+    )
+
+
 class _VectorizedPursuit(Pursuit):
     """PettingZoo's ``Pursuit`` game with its two hot rules vectorised, results unchanged.
 
@@ -164,17 +182,7 @@ class PursuitEnv:
         game = self._game
         n = game.n_pursuers
         r = game.obs_range
-        # obs values are agent counts (and 1 for walls), bounded by the larger team size
-        max_count = max(game.n_pursuers, game.n_evaders)
-        self.spec = EnvSpec(
-            name="pursuit",
-            learner_ids=tuple(f"pursuer_{i}" for i in range(n)),
-            opponent_ids=(),
-            obs_shape=(r, r, 3),
-            obs_dtype=np.uint8 if max_count <= np.iinfo(np.uint8).max else np.uint16,
-            n_actions=int(game.act_dims[0]),
-            team="pursuer",
-        )
+        self.spec = pursuit_spec(n, game.n_evaders, r, int(game.act_dims[0]))
         # Padded copy of |model_state[0:3]| with the game's out-of-map fill (walls=1, counts=0), so
         # every pursuer's window is a plain slice; the border never changes, only the interior.
         self._off = game.obs_offset

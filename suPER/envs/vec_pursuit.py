@@ -47,7 +47,8 @@ import numpy as np
 import torch
 from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 
-from suPER.envs.base import BatchStepResult, EnvSpec
+from suPER.envs.base import BatchStepResult
+from suPER.envs.pursuit import pursuit_spec
 
 _M32 = 0xFFFFFFFF
 _SUPPORTED_KWARGS = {"x_size", "y_size", "max_cycles", "shared_reward", "n_evaders", "n_pursuers", "obs_range",
@@ -206,16 +207,7 @@ class VecPursuitEnv:
         r, o = int(game.obs_range), int(game.obs_offset)
         self.obs_range, self.obs_offset = r, o
         n = self.n_pursuers
-        max_count = max(n, self.n_evaders)
-        self.spec = EnvSpec(
-            name="pursuit",
-            learner_ids=tuple(f"pursuer_{i}" for i in range(n)),
-            opponent_ids=(),
-            obs_shape=(r, r, 3),
-            obs_dtype=np.uint8 if max_count <= np.iinfo(np.uint8).max else np.uint16,
-            n_actions=self.n_actions,
-            team="pursuer",
-        )
+        self.spec = pursuit_spec(n, self.n_evaders, r, self.n_actions)
 
         dev = self.device
         p = max(o, 1)
