@@ -39,6 +39,7 @@ def assert_learned(metrics: dict[str, np.ndarray], random_return: float) -> None
     assert final > random_return + MARGIN, (final, random_return, metrics["team_return_mean"])
 
 
+@pytest.mark.slow  # CI time: plain DQN's 20k-step check (~35 s) runs with -m slow; the SUPER learning check stays in CI
 def test_dqn_team_return_rises_above_random(tmp_path: Path) -> None:
     metrics, random_return = learn(tmp_path, seed=1)
     assert_learned(metrics, random_return)
