@@ -27,13 +27,14 @@ INSTANCE_ENV = "SUPER_MARL_RAY_INSTANCE"
 """Environment variable naming the embedded instance; every process Ray starts for it inherits it."""
 
 NO_PORT = "65536"
-"""``AUTOSCALER_METRIC_PORT`` for the instance: no valid port, so Ray's autoscaler metrics server does not start.
+"""``AUTOSCALER_METRIC_PORT`` and ``DASHBOARD_METRIC_PORT`` for the instance: no valid port, so neither
+Prometheus server starts.
 
-Why: Ray's monitor process serves Prometheus metrics over plain HTTP, without the token, on
-``0.0.0.0:AUTOSCALER_METRIC_PORT`` (44217) whenever the head's address is not loopback, which Ray 2.60 always
-makes it, and there is no setting to turn that server off. With port 65536 its ``start_http_server`` raises,
-the monitor logs the exception and runs on without the server (ray/autoscaler/_private/monitor.py); nothing
-here reads those metrics."""
+Why: Ray's autoscaler monitor and its dashboard head each serve Prometheus metrics over plain HTTP, without
+the token, on ``0.0.0.0:44217`` / ``0.0.0.0:44227`` whenever the head's address is not loopback, which Ray 2.60
+always makes it, and there is no setting to turn those servers off. With port 65536 ``start_http_server``
+raises, and both log the exception and run on without the server (ray/autoscaler/_private/monitor.py,
+ray/dashboard/head.py); nothing here reads those metrics."""
 
 STOP_GRACE_S = 5.0
 """How long the watchdog waits after SIGTERM before it SIGKILLs what is left."""
@@ -77,7 +78,7 @@ def start(num_cpus: int | None = None, num_gpus: int | None = None) -> EmbeddedR
         env={k: v for k, v in os.environ.items() if k not in (INSTANCE_ENV, "RAY_AUTH_TOKEN")})
     settings = {INSTANCE_ENV: instance, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                 "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-                "AUTOSCALER_METRIC_PORT": NO_PORT}
+                "AUTOSCALER_METRIC_PORT": NO_PORT, "DASHBOARD_METRIC_PORT": NO_PORT}
     handle = EmbeddedRay(instance, temp_dir, watchdog, {k: os.environ.get(k) for k in settings})
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
     os.environ.update(settings)
