@@ -4,8 +4,8 @@
     python scripts/check_rows.py runs/fig1 [results/fig1 ...]
 
 For every run folder below the given folders (a folder with ``config.json`` and ``metrics.csv``) the
-evaluation schedule is ``k * I`` env steps, ``I = run.eval_interval`` or ``max(env.horizon, num_timesteps // eval_points)``
-(``ExperimentConfig.eval_interval``), after the untrained evaluation at step 0. A run's rows are correct
+evaluation schedule is ``k * I`` env steps, ``I`` = the run config's ``ExperimentConfig.eval_interval``, after
+the untrained evaluation at step 0. A run's rows are correct
 when their ``env_steps // I`` are exactly ``0, 1, 2, ..., K`` (none missing, none twice, in order), and a
 finished run has ``K = num_timesteps // I``. Prints one line per run and exits 1 if any run is wrong.
 """
@@ -17,13 +17,13 @@ import json
 import sys
 from pathlib import Path
 
+from suPER.config import from_dict
+
 
 def check(folder: Path) -> tuple[bool, str]:
     """``(ok, what was found)`` for one run folder."""
-    cfg = json.loads((folder / "config.json").read_text())
-    run = cfg["run"]
-    horizon = cfg.get("env", {}).get("horizon", 1)
-    interval = run["eval_interval"] or max(1, horizon, run["num_timesteps"] // max(1, run["eval_points"]))
+    cfg = from_dict(json.loads((folder / "config.json").read_text()))
+    interval, total = cfg.eval_interval, cfg.run.num_timesteps
     with open(folder / "metrics.csv", newline="") as fh:
         steps = [int(float(row["env_steps"])) for row in csv.DictReader(fh)]
     try:
@@ -37,8 +37,8 @@ def check(folder: Path) -> tuple[bool, str]:
         doubled = sorted({t for t in ticks if ticks.count(t) > 1})
         missing = sorted(set(range(max(ticks, default=0) + 1)) - set(ticks))
         problems.append(f"rows wrong (doubled evaluations {doubled}, missing {missing})")
-    if status == "finished" and len(steps) != run["num_timesteps"] // interval + 1:
-        problems.append(f"finished with {len(steps)} of {run['num_timesteps'] // interval + 1} evaluations")
+    if status == "finished" and len(steps) != total // interval + 1:
+        problems.append(f"finished with {len(steps)} of {total // interval + 1} evaluations")
     summary = f"{len(steps)} rows up to {steps[-1] if steps else 0} env steps (every {interval}), {status}"
     return not problems, summary + ("; " + "; ".join(problems) if problems else "")
 

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from suPER import config as C
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_rows.py"
 
 
 def run_folder(root: Path, name: str, steps: list[int], status: str) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    run = {"num_timesteps": 400, "eval_interval": 0, "eval_points": 4}
-    (folder / "config.json").write_text(json.dumps({"run": run}))
+    cfg = C.resolve("pursuit", "ddqn", named={"run.num_timesteps": 400, "run.eval_points": 4, "env.horizon": 50})
+    assert cfg.eval_interval == 100
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
     (folder / "manifest.json").write_text(json.dumps({"status": status}))
     (folder / "metrics.csv").write_text("env_steps,team_return_mean\n" + "".join(f"{s},-1.5\n" for s in steps))
     return folder
