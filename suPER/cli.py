@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
+from suPER.algorithms import ALGORITHMS, BACKENDS, algos_help
 from suPER.core.selection import modes_help, rule_params
 
 _RULE_PARAMS_HELP = ", ".join(f"relay.{p.name} ({p.help})" for p in rule_params()) or "none"
@@ -118,10 +119,10 @@ def translate_paper_args(argv: list[str], typed: dict[str, str] | None = None) -
                 raise UserError(f"--use_gpu: expected a number, got {v!r}") from exc
         elif flag == "--env":
             v = value()
-            for suffix, algo in (("_plaindqn", "dqn"), ("_qmix", "qmix"), ("_maddpg", "maddpg")):
-                if v.endswith(suffix):
-                    v = v[: -len(suffix)]
-                    out += ["--algo", algo]
+            for spec in ALGORITHMS.values():  # the paper's --env pursuit_plaindqn = --env pursuit --algo dqn
+                if spec.paper_suffix and v.endswith(spec.paper_suffix):
+                    v = v[: -len(spec.paper_suffix)]
+                    out += ["--algo", spec.name]
             out += ["--env", v]
         elif flag == "--batch_size":  # the paper set both the train batch and the fragment length
             v = value()
@@ -162,7 +163,7 @@ def _set_pairs(pairs: list[str]) -> dict[str, Any]:
 @app.command()
 def train(
     env: Annotated[str, typer.Option(help="pursuit | battle | adversarial_pursuit")] = "pursuit",
-    algo: Annotated[str, typer.Option(help="dqn (plain) | ddqn (dueling double DQN) | seac | maddpg | qmix")] = "ddqn",
+    algo: Annotated[str, typer.Option(help=algos_help())] = "ddqn",
     num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="env steps to train")] = None,
     seed: Annotated[int, typer.Option(help="run seed; env seed = seed + 100")] = 1,
     num_seeds: Annotated[int, typer.Option("--num-seeds", help="run seeds seed .. seed+num_seeds-1")] = 1,
@@ -203,7 +204,7 @@ def train(
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     backend: Annotated[str, typer.Option(help="native (fast batched trainer) | rllib (suPERDQN on RLlib 2.60)")] = "native",
 ) -> None:
-    """Train independent DQN learners (with optional SUPER relay), or a baseline (--algo seac|maddpg|qmix), and write a run folder per seed.
+    """Train independent DQN learners (with optional SUPER relay), or a baseline (see --algo), and write a run folder per seed.
 
     The paper's main.py spellings work too: --num_timesteps, --num_seeds, --suPER True, --suPER_mode,
     --suPER_bandwidth, --suPER_window, --team_sharing, --parameter_sharing=true, --use_gpu 0,
@@ -214,26 +215,23 @@ def train(
         raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
         raise UserError(f"{typed.get('--num-seeds', '--num-seeds')}: expected an integer >= 1, got {num_seeds}")
-    named: dict[str, Any] = {"run.seed": seed, "run.device": device, "run.threads": threads, "run.out": str(out),
-                             "run.tag": tag, "run.wandb": wandb, "run.wandb_project": wandb_project,
-                             "run.wandb_group": wandb_group, "run.wandb_mode": wandb_mode, "run.progress": progress,
-                             "relay.enabled": super_, "dqn.parameter_sharing": parameter_sharing}
-    labels = {key: typed.get(NAMED_FLAGS[key], NAMED_FLAGS[key]) for key in named}
-    if quick:
-        profile = _quick_profile(env)
-        named.update(profile)
-        labels.update({key: f"--quick ({key})" for key in profile})
-    optional = {"run.num_timesteps": num_timesteps, "dqn.lr": lr, "dqn.buffer_size": buffer_size,
-                "run.eval_interval": eval_interval, "run.eval_episodes": eval_episodes, "relay.mode": super_mode,
-                "relay.bandwidth": bandwidth, "relay.window": window, "relay.team": team,
-                "relay.insertion_priority": insertion_priority, "env.opponent": opponent, "dqn.model": model,
-                "env.opponent_epsilon": opponent_epsilon, "env.opponent_allow_pickle": allow_pickle or None}
-    named.update({k: v for k, v in optional.items() if v is not None})
-    labels.update({k: typed.get(NAMED_FLAGS[k], NAMED_FLAGS[k]) for k, v in optional.items() if v is not None})
-    labels["run.algo"] = typed.get("--algo", "--algo")
-    if legacy:
-        named.update(legacy_settings(super_mode))
-        labels.update({key: f"--legacy ({key})" for key in legacy_settings(super_mode)})
+    flags = {"device": device, "threads": threads, "tag": tag, "wandb": wandb, "wandb_project": wandb_project,
+             "wandb_group": wandb_group, "wandb_mode": wandb_mode, "super": super_,
+             "parameter_sharing": parameter_sharing, "num_timesteps": num_timesteps, "lr": lr,
+             "buffer_size": buffer_size, "eval_interval": eval_interval, "eval_episodes": eval_episodes,
+             "super_mode": super_mode, "bandwidth": bandwidth, "window": window, "team": team,
+             "insertion_priority": insertion_priority, "opponent": opponent, "model": model,
+             "opponent_epsilon": opponent_epsilon, "allow_pickle": allow_pickle or None, "quick": quick,
+             "legacy": legacy}
+
+    def label(name: str) -> str:
+        flag = "--" + name.replace("_", "-")
+        return typed.get(flag, flag)
+
+    named, labels = C.named_settings(env, flags, label)
+    named.update({"run.seed": seed, "run.out": str(out), "run.progress": progress})
+    labels.update({"run.seed": label("seed"), "run.out": label("out"), "run.progress": label("progress"),
+                   "run.algo": label("algo")})
     overrides = _set_pairs(set_ or [])
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     for i in range(num_seeds):
@@ -250,15 +248,6 @@ def train(
                 print(f"{cfg.run_name}: already finished in {cfg.run.out}, skipped")
                 continue
         _train_one(cfg, overwrite, backend)
-
-
-BACKENDS = ("native", "rllib")
-
-NAMED_FLAGS: dict[str, str] = {
-    **{key: "--" + name.replace("_", "-") for name, key in C.FLAG_KEYS.items()},
-    "run.seed": "--seed", "run.out": "--out", "run.progress": "--progress",
-}
-"""Dotted config key -> the ``train`` flag that sets it (errors name the flag, not the key)."""
 
 
 def _typed_flags() -> dict[str, str]:
@@ -307,13 +296,6 @@ def _trainer(backend: str, algo: str = "ddqn") -> Any:
 
 legacy_settings = C.legacy_settings
 """What ``--legacy`` switches on (kept here for callers of the CLI module)."""
-
-
-def _quick_profile(env: str) -> dict[str, Any]:
-    profiles = C.load_profiles()
-    if env not in profiles.get("quick", {}):
-        raise UserError(f"--quick: no quick profile for env {env!r} in {C.EXPERIMENTS_DIR / 'profiles.yaml'}")
-    return dict(profiles["quick"][env])
 
 
 def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native") -> None:

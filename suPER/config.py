@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
+from suPER.algorithms import ALGORITHMS, AlgorithmSpec, algo_names, register, relay_algo_names
 from suPER.core.selection import mode_names, rule_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +71,28 @@ class EnvConfig:
 
 
 @dataclass
-class DQNConfig:
+class EpsilonGreedy:
+    """Linearly decaying epsilon-greedy exploration, the fields shared by the DQN, MADDPG and QMIX sections.
+
+    ``epsilon(t) = linear_schedule(t, epsilon_initial, epsilon_final, epsilon_timesteps)``. Why a base class
+    and not a nested section: the keys stay ``dqn.epsilon_initial`` etc., as the YAML files, grid files and
+    the paper's ``--exploration_initial_epsilon`` spell them.
+    """
+
+    epsilon_initial: float = 0.1
+    """epsilon-greedy start value"""
+    epsilon_final: float = 0.001
+    """epsilon-greedy final value"""
+    epsilon_timesteps: int = 100_000
+    """env steps over which epsilon decays linearly"""
+
+    def epsilon(self, env_steps: int) -> float:
+        """Exploration at ``env_steps`` (``linear_schedule``)."""
+        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
+
+
+@dataclass
+class DQNConfig(EpsilonGreedy):
     """Independent (double/dueling) DQN with per-agent prioritized replay (REFERENCE sections 3, 5, 6)."""
 
     double_q: bool = True
@@ -98,12 +121,6 @@ class DQNConfig:
     """env steps sampled before the first update (updates start when env_steps > learning_starts)"""
     target_update_freq: int = 1000
     """hard copy online -> target every this many env steps"""
-    epsilon_initial: float = 0.1
-    """epsilon-greedy start value"""
-    epsilon_final: float = 0.001
-    """epsilon-greedy final value"""
-    epsilon_timesteps: int = 100_000
-    """env steps over which epsilon decays linearly"""
     per_alpha: float = 0.6
     """prioritized replay exponent"""
     per_beta: float = 0.4
@@ -112,10 +129,6 @@ class DQNConfig:
     """priority = |td| + per_eps"""
     parameter_sharing: bool = False
     """one network (and one buffer) for the whole learning team"""
-
-    def epsilon(self, env_steps: int) -> float:
-        """Exploration at ``env_steps`` (``linear_schedule``)."""
-        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass
@@ -182,8 +195,12 @@ class SEACConfig:
 
 
 @dataclass
-class MADDPGConfig:
-    """MADDPG with centralized critics and Gumbel-softmax discrete actors (REFERENCE 7.2; issue 7)."""
+class MADDPGConfig(EpsilonGreedy):
+    """MADDPG with centralized critics and Gumbel-softmax discrete actors (REFERENCE 7.2; issue 7).
+
+    Exploration (``EpsilonGreedy``): during training each learner acts uniformly at random with probability
+    epsilon instead of its Gumbel sample (the original's EpsilonGreedy exploration; 0 = sampling only).
+    """
 
     actor_lr: float = 2.5e-4
     """actor Adam learning rate"""
@@ -213,21 +230,10 @@ class MADDPGConfig:
     """train every critic on the team reward (sum over learners), as the original did for pursuit"""
     eval_mode: Literal["greedy", "sample"] = "greedy"
     """evaluation actions: greedy = argmax of each actor's logits; sample = a draw from softmax(logits / temperature)"""
-    epsilon_initial: float = 0.1
-    """epsilon-greedy start value: during training each learner acts uniformly at random with probability
-    epsilon instead of its Gumbel sample (the original's EpsilonGreedy exploration; 0 = sampling only)"""
-    epsilon_final: float = 0.001
-    """epsilon-greedy final value"""
-    epsilon_timesteps: int = 100_000
-    """env steps over which epsilon decays linearly"""
-
-    def epsilon(self, env_steps: int) -> float:
-        """Exploration at ``env_steps`` (``linear_schedule``)."""
-        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass
-class QMIXConfig:
+class QMIXConfig(EpsilonGreedy):
     """QMIX: GRU agent nets and a monotonic hypernetwork mixer over the global state (REFERENCE 7.1; issue 7)."""
 
     lr: float = 1.6e-4
@@ -256,16 +262,6 @@ class QMIXConfig:
     """env steps before the first update"""
     target_update_freq: int = 1000
     """hard target copy every this many env steps"""
-    epsilon_initial: float = 0.1
-    """epsilon-greedy start value"""
-    epsilon_final: float = 0.001
-    """epsilon-greedy final value"""
-    epsilon_timesteps: int = 100_000
-    """env steps over which epsilon decays linearly"""
-
-    def epsilon(self, env_steps: int) -> float:
-        """Exploration at ``env_steps`` (``linear_schedule``)."""
-        return linear_schedule(env_steps, self.epsilon_initial, self.epsilon_final, self.epsilon_timesteps)
 
 
 @dataclass
@@ -273,7 +269,7 @@ class RunConfig:
     """Budget, evaluation, seeds, output and logging: everything that is not the algorithm or the env."""
 
     algo: str = "ddqn"
-    """algorithm registry key (``ALGOS``): dqn | ddqn | seac | maddpg | qmix"""
+    """algorithm registry key (``suPER.algorithms.ALGORITHMS``): dqn | ddqn | seac | maddpg | qmix"""
     num_timesteps: int = 800_000
     """env steps to train for"""
     seed: int = 1
@@ -319,17 +315,67 @@ class RunConfig:
     before issue 15. Sampled batches are identical, and either layout resumes the other's checkpoints"""
 
 
-@dataclass
-class ExperimentConfig:
-    """Everything a run needs; the trainer receives the parts it uses."""
+# --------------------------------------------------------------------------------------------------
+# the algorithms: one registered record each (suPER.algorithms); every algorithm table derives from these
 
-    env: EnvConfig = field(default_factory=EnvConfig)
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    relay: RelayConfig = field(default_factory=RelayConfig)
-    seac: SEACConfig = field(default_factory=SEACConfig)
-    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
-    qmix: QMIXConfig = field(default_factory=QMIXConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+register(AlgorithmSpec(
+    "dqn", "dqn", DQNConfig, help="plain DQN", can_relay=True, paper_suffix="_plaindqn",
+    trainers={"native": "suPER.native.dqn:train", "rllib": "suPER.core.rllib_runner:train_rllib"},
+    presets={"dqn.double_q": False, "dqn.dueling": False}))
+register(AlgorithmSpec(
+    "ddqn", "dqn", DQNConfig, help="dueling double DQN", can_relay=True,
+    trainers={"native": "suPER.native.dqn:train", "rllib": "suPER.core.rllib_runner:train_rllib"},
+    presets={"dqn.double_q": True, "dqn.dueling": True}))
+register(AlgorithmSpec(
+    "seac", "seac", SEACConfig, help="shared experience actor-critic", trainers={"native": "seac.trainer:train"},
+    flag_routes={"dqn.lr": ("seac.lr",), "dqn.model": ("seac.model",)}))
+register(AlgorithmSpec(
+    "maddpg", "maddpg", MADDPGConfig, help="centralized-critic DDPG", paper_suffix="_maddpg",
+    trainers={"native": "suPER.baselines.maddpg:train"},
+    flag_routes={"dqn.lr": ("maddpg.actor_lr", "maddpg.critic_lr"), "dqn.buffer_size": ("maddpg.buffer_size",)},
+    flag_noops={"dqn.model": "mlp"}))  # its nets are MLPs on flat obs already
+register(AlgorithmSpec(
+    "qmix", "qmix", QMIXConfig, help="monotonic value mixing", paper_suffix="_qmix",
+    trainers={"native": "suPER.baselines.qmix:train"},
+    flag_routes={"dqn.lr": ("qmix.lr",)}, flag_noops={"dqn.model": "mlp"}))  # a GRU on flat obs already
+
+
+def algorithm(name: str, label: str = "--algo") -> AlgorithmSpec:
+    """The registered record of ``name``.
+
+    Raises:
+        ConfigError: ``"<label>: expected one of dqn, ddqn, ..., got <name>"``.
+    """
+    if name not in ALGORITHMS:
+        raise ConfigError(f"{label}: expected one of {', '.join(algo_names())}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+def algo_sections() -> dict[str, type]:
+    """Every registered algorithm section -> its dataclass, in registration order (``dqn``, ``relay``, ``seac``, ...)."""
+    out: dict[str, type] = {}
+    for spec in ALGORITHMS.values():
+        out.setdefault(spec.section, spec.config)
+        if spec.can_relay:
+            out.setdefault("relay", RelayConfig)
+    return out
+
+
+class _Experiment:
+    """Everything a run needs: ``env``, one section per registered algorithm section (``algo_sections``:
+    ``dqn``, ``relay``, ``seac``, ``maddpg``, ``qmix``) and ``run``; the trainer receives the parts it uses.
+
+    ``ExperimentConfig`` is this class as a dataclass whose fields come from the algorithm registry, so a
+    new algorithm's section appears here (and in ``--set``, YAML and ``config.json``) by its registration.
+    The annotations below are for type checkers and readers; the fields are made by ``make_dataclass``.
+    """
+
+    env: EnvConfig
+    dqn: DQNConfig
+    relay: RelayConfig
+    run: RunConfig
+    if TYPE_CHECKING:  # so that type checkers treat it as the dataclass it becomes
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def validate(self, labels: dict[str, str] | None = None) -> ExperimentConfig:
         """Check every field's range and the cross-field arithmetic; raise ConfigError naming the offending key.
@@ -369,9 +415,9 @@ class ExperimentConfig:
               f"an offset with run.seed + env.seed_offset + env.eval_seed_offset < {SEED_LIMIT}",
               self.env.eval_seed_offset)
         check(u.device in ("cpu", "cuda", "auto"), "run.device", "cpu, cuda or auto", u.device)
-        check(u.algo in ALGOS, "run.algo", f"one of {', '.join(ALGOS)}", u.algo)
-        check(u.algo in DQN_ALGOS or not r.enabled, "relay.enabled", f"only with --algo {' or '.join(DQN_ALGOS)}",
-              f"--algo {u.algo}")
+        check(u.algo in ALGORITHMS, "run.algo", f"one of {', '.join(algo_names())}", u.algo)
+        check(u.algo not in ALGORITHMS or ALGORITHMS[u.algo].can_relay or not r.enabled, "relay.enabled",
+              f"only with --algo {' or '.join(relay_algo_names())}", f"--algo {u.algo}")
         for key in ("run.name", "run.tag"):
             value = getattr(u, key.split(".")[1])
             check(is_folder_name(value, allow_empty=True), key, "a folder name without '/', '\\' or '..'", value)
@@ -402,8 +448,8 @@ class ExperimentConfig:
         The sections of other algorithms are left out, so config.json shows only what matters
         (``dqn`` and ``relay`` for the DQN family, ``seac`` / ``maddpg`` / ``qmix`` for a baseline).
         """
-        every = {section for sections in ALGO_SECTIONS.values() for section in sections}
-        unused = every - set(ALGO_SECTIONS.get(self.run.algo, every))
+        every = set(algo_sections())
+        unused = every - set(ALGORITHMS[self.run.algo].sections if self.run.algo in ALGORITHMS else every)
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
 
     @property
@@ -418,24 +464,16 @@ class ExperimentConfig:
         return f"{name}__{self.run.tag}" if self.run.tag else name
 
 
-DQN_ALGOS = ("dqn", "ddqn")
-"""The DQN family (native trainer or RLlib's suPERDQN; SUPER relay applies): dqn = neither dueling nor double-Q."""
-
-ALGOS = (*DQN_ALGOS, "seac", "maddpg", "qmix")
-"""Every algorithm registry key (``suPER.campaigns.TRAINERS`` maps each to its trainer)."""
-
-ALGO_SECTIONS: dict[str, tuple[str, ...]] = {
-    "dqn": ("dqn", "relay"), "ddqn": ("dqn", "relay"),
-    "seac": ("seac",), "maddpg": ("maddpg",), "qmix": ("qmix",),
-}
-"""Config sections each algorithm reads (``to_dict`` writes only these besides env and run)."""
-
-ALGO_PRESETS: dict[str, dict[str, Any]] = {
-    "dqn": {"dqn.double_q": False, "dqn.dueling": False},
-    "ddqn": {"dqn.double_q": True, "dqn.dueling": True},
-    "seac": {}, "maddpg": {}, "qmix": {},
-}
-"""Overrides each algorithm key implies (the paper's DQN vs dueling double DQN)."""
+if TYPE_CHECKING:
+    ExperimentConfig = _Experiment
+else:
+    ExperimentConfig = dataclasses.make_dataclass(
+        "ExperimentConfig",
+        [(name, cls, field(default_factory=cls))
+         for name, cls in {"env": EnvConfig, **algo_sections(), "run": RunConfig}.items()],
+        bases=(_Experiment,))
+    ExperimentConfig.__module__ = __name__
+    ExperimentConfig.__doc__ = _Experiment.__doc__
 
 
 FLAG_KEYS: dict[str, str] = {
@@ -456,42 +494,45 @@ Grid files (``experiments/*grid*.yaml``) use the same names, so a grid entry rea
 """
 
 
-ALGO_FLAG_ROUTES: dict[str, dict[str, tuple[str, ...]]] = {
-    "seac": {"dqn.lr": ("seac.lr",), "dqn.model": ("seac.model",)},
-    "maddpg": {"dqn.lr": ("maddpg.actor_lr", "maddpg.critic_lr"), "dqn.buffer_size": ("maddpg.buffer_size",)},
-    "qmix": {"dqn.lr": ("qmix.lr",)},
-}
-"""For a baseline, the DQN-section keys of named flags (``--lr``, ``--model``, ``--buffer-size``) that mean
-the same setting of that algorithm; any other DQN flag given to a baseline is an error."""
+def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Point the named flags at the algorithm's own settings (``--lr`` -> ``seac.lr`` for SEAC, ...).
 
+    The one place that decides what a named flag means for an algorithm (its ``AlgorithmSpec``):
 
-def route_flags(algo: str, named: dict[str, Any]) -> dict[str, Any]:
-    """Point the named flags at the algorithm's own section (``--lr`` -> ``seac.lr`` for SEAC, ...).
+    * a key of one of its own sections (``spec.sections``), or of ``env`` / ``run``: kept;
+    * a key in ``spec.flag_routes``: set on each listed setting instead;
+    * ``relay.*`` when it cannot relay: dropped, except ``relay.enabled`` (``validate`` refuses ``--super``
+      by name);
+    * a switch left off (False / None) or a value in ``spec.flag_noops`` (``--model mlp`` for MADDPG): dropped;
+    * anything else (a key of another algorithm's section): an error naming the flag. So an algorithm
+      registered without a route for ``--lr`` refuses ``--lr`` rather than silently training without it.
 
-    DQN-family runs get ``named`` unchanged. For a baseline, ``dqn.*`` keys are routed by
-    ``ALGO_FLAG_ROUTES`` or rejected (switches left at False, such as ``--no-parameter-sharing``, and
-    ``--model mlp`` for the MLP-only MADDPG / QMIX are dropped); ``relay.*`` keys are dropped except ``relay.enabled`` True, which ``validate`` rejects.
+    Args:
+        algo: registered algorithm key.
+        named: dotted key -> value of the named flags (``FLAG_KEYS`` targets).
+        labels: dotted key -> the flag as typed, for the error; default ``--<flag name>``.
 
     Raises:
-        ConfigError: a DQN-only flag given to a baseline, naming the flag.
+        ConfigError: unknown algorithm, or a flag the algorithm does not use, naming the flag.
     """
-    if algo not in ALGO_FLAG_ROUTES:
-        return named
+    spec = algorithm(algo)
+    own, sections = set(spec.sections), set(algo_sections())
     flag_of = {v: k for k, v in FLAG_KEYS.items()}
-    routes, out = ALGO_FLAG_ROUTES[algo], {}
+    out: dict[str, Any] = {}
     for key, value in named.items():
         section = key.split(".")[0]
-        if key in routes:
-            out.update({target: value for target in routes[key]})
-        elif section == "dqn":
-            if value is False or value is None or (key == "dqn.model" and value == "mlp"):
-                continue  # switches left off; MADDPG and QMIX nets are MLP / GRU on flat obs already
-            flag = "--" + flag_of.get(key, key).replace("_", "-")
-            raise ConfigError(f"{flag}: not used by --algo {algo} (its settings: --set {algo}.KEY=VALUE)")
-        elif section == "relay" and key != "relay.enabled":
+        if section in own or section not in sections:
+            out[key] = value
+        elif key in spec.flag_routes:
+            out.update(dict.fromkeys(spec.flag_routes[key], value))
+        elif section == "relay":
+            if key == "relay.enabled":
+                out[key] = value
+        elif value is False or value is None or (key in spec.flag_noops and spec.flag_noops[key] == value):
             continue
         else:
-            out[key] = value
+            flag = (labels or {}).get(key) or "--" + flag_of.get(key, key).replace("_", "-")
+            raise ConfigError(f"{flag}: not used by --algo {algo} (its settings: --set {spec.section}.KEY=VALUE)")
     return out
 
 
@@ -512,6 +553,48 @@ def legacy_settings(mode: str | None) -> dict[str, Any]:
     if mode in (None, "gaussian", "gaussian_variance"):
         settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
     return settings
+
+
+def named_settings(env_name: str, flags: dict[str, Any],
+                   label: Callable[[str], str] = lambda name: name) -> tuple[dict[str, Any], dict[str, str]]:
+    """Named flags -> dotted settings, the one translation ``super-marl train`` and grid files share.
+
+    Order (later wins): the ``quick`` profile of ``env_name`` (``experiments/profiles.yaml``), the named
+    flags (``FLAG_KEYS`` names), then what ``legacy`` switches on (``legacy_settings``).
+
+    Args:
+        env_name: environment registry key (selects the quick profile).
+        flags: ``FLAG_KEYS`` names plus the switches ``quick`` and ``legacy``; a value None = not given.
+        label: flag name -> how errors name it (the CLI: ``--lr`` or the paper spelling typed; grids: ``lr``).
+
+    Returns:
+        (dotted key -> value, dotted key -> label): flags are labelled ``label(name)``, profile and legacy
+        settings ``"<label(quick)> (<key>)"`` / ``"<label(legacy)> (<key>)"``.
+
+    Raises:
+        ConfigError: ``quick`` for an env without a quick profile, or a name that is not a flag.
+    """
+    named: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    if flags.get("quick"):
+        profiles = load_profiles().get("quick", {})
+        if env_name not in profiles:
+            raise ConfigError(f"{label('quick')}: no quick profile for env {env_name!r} in "
+                              f"{EXPERIMENTS_DIR / 'profiles.yaml'}")
+        named.update(profiles[env_name])
+        labels.update({key: f"{label('quick')} ({key})" for key in profiles[env_name]})
+    for name, value in flags.items():
+        if name in ("quick", "legacy") or value is None:
+            continue
+        if name not in FLAG_KEYS:
+            raise ConfigError(f"{label(name)}: not a named flag (known: {', '.join(FLAG_KEYS)})")
+        named[FLAG_KEYS[name]] = value
+        labels[FLAG_KEYS[name]] = label(name)
+    if flags.get("legacy"):
+        legacy = legacy_settings(flags.get("super_mode"))
+        named.update(legacy)
+        labels.update({key: f"{label('legacy')} ({key})" for key in legacy})
+    return named, labels
 
 
 def _literal_values(cls: type, name: str) -> tuple[str, ...]:
@@ -744,15 +827,14 @@ def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None 
     cfg = ExperimentConfig()
     cfg.env.name = env_name
     apply_overrides(cfg, flatten(load_env_defaults(env_name)), source=str(env_yaml_path(env_name)))
-    if algo not in ALGO_PRESETS:
-        raise ConfigError(f"{labels.get('run.algo', '--algo')}: expected one of {', '.join(ALGOS)}, got {algo!r}")
+    spec = algorithm(algo, labels.get("run.algo", "--algo"))
     cfg.run.algo = algo
-    apply_overrides(cfg, ALGO_PRESETS[algo], source="--algo")
-    for key, targets in ALGO_FLAG_ROUTES.get(algo, {}).items():  # --lr given to SEAC is still --lr
+    apply_overrides(cfg, dict(spec.presets), source="--algo")
+    for key, targets in spec.flag_routes.items():  # --lr given to SEAC is still --lr
         for target in targets:
             if key in labels:
                 labels.setdefault(target, labels[key])
-    apply_overrides(cfg, route_flags(algo, named or {}), source="flags", labels=labels)
+    apply_overrides(cfg, route_flags(algo, named or {}, labels), source="flags", labels=labels)
     apply_overrides(cfg, overrides or {}, source="--set", labels=labels)
     return cfg.validate(labels)
 

@@ -12,41 +12,31 @@ from suPER import config as C
 # --------------------------------------------------------------------------------------------------
 # executing one run: fresh, resumed or refused
 
-BACKENDS = ("native", "rllib")
-"""Trainer backends ``execute`` can call."""
-
-TRAINERS: dict[str, str] = {
-    "dqn": "suPER.native.dqn", "ddqn": "suPER.native.dqn",
-    "seac": "seac.trainer", "maddpg": "suPER.baselines.maddpg", "qmix": "suPER.baselines.qmix",
-}
-"""Algorithm key -> module whose ``train(cfg, folder, logger, progress) -> Summary`` the native backend calls."""
-
 
 def trainer_for(backend: str, algo: str = "ddqn") -> Any:
-    """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend and algorithm (imported lazily).
+    """The ``train(cfg, folder, logger, progress) -> Summary`` function of a backend and algorithm.
+
+    Resolved lazily from the algorithm's record (``AlgorithmSpec.trainers``, ``"module:function"``), so
+    the CLI stays instant and a missing optional dependency only matters to the runs that need it.
 
     Raises:
-        ConfigError: unknown or unavailable backend, or an algorithm the backend does not run.
+        ConfigError: unknown backend or algorithm, an algorithm the backend does not run, or a trainer
+            that cannot be imported.
     """
-    import importlib
+    from suPER.algorithms import BACKENDS, backend_algo_names, resolve_entry_point
 
-    if backend == "rllib":
-        if algo not in C.DQN_ALGOS:
-            raise C.ConfigError(f"--backend rllib: runs --algo {' or '.join(C.DQN_ALGOS)} only, got --algo {algo}")
-        try:
-            from suPER.core.rllib_runner import train_rllib  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise C.ConfigError(f"--backend rllib: not available in this version ({exc})") from exc
-        return train_rllib
-    if backend != "native":
+    if backend not in BACKENDS:
         raise C.ConfigError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if algo not in TRAINERS:
-        raise C.ConfigError(f"--algo: expected one of {', '.join(TRAINERS)}, got {algo!r}")
+    spec = C.algorithm(algo)
+    if backend not in spec.trainers:
+        raise C.ConfigError(f"--backend {backend}: runs --algo {' or '.join(backend_algo_names(backend))} only, "
+                            f"got --algo {algo}")
+    entry = spec.trainers[backend]
     try:
-        module = importlib.import_module(TRAINERS[algo])
-    except ModuleNotFoundError as exc:
-        raise C.ConfigError(f"--algo {algo}: its trainer ({TRAINERS[algo]}) is not available in this version") from exc
-    return module.train
+        return resolve_entry_point(entry)
+    except ModuleNotFoundError as exc:  # an optional dependency (or a trainer of a later version) is missing
+        raise C.ConfigError(f"--{'algo ' + algo if backend == 'native' else 'backend ' + backend}: its trainer "
+                            f"({entry}) is not available in this version ({exc})") from exc
 
 
 def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
@@ -86,7 +76,7 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
     Args:
         cfg: validated config.
         overwrite: replace a finished run (or an unfinished one) instead of refusing / resuming it.
-        backend: trainer backend (``BACKENDS``).
+        backend: trainer backend (``suPER.algorithms.BACKENDS``).
         progress: per-fragment callback ``(env_steps, stats)`` passed to the trainer.
         on_start: called as ``on_start(folder, resumed)`` once the folder is ready, before training.
         extra_manifest: extra manifest fields (e.g. the grid entry).

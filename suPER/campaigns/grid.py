@@ -162,12 +162,11 @@ class GridRun:
         """
         if self.pending:
             raise GridError(f"{self.where}: entry {self.entry!r} is pending ({self.pending})")
-        named = named_overrides(self.env, self.flags)
+        named, labels = C.named_settings(self.env, self.flags)  # errors name the grid's own keys
         named["run.seed"] = self.seed
         if out is not None:
             named["run.out"] = str(out)
         named.update({f"run.{k}": v for k, v in run_fields.items()})
-        labels = {C.FLAG_KEYS[k]: k for k in self.flags if k in C.FLAG_KEYS}  # errors name the grid's own keys
         labels.update({dotted: f"set: {dotted}" for dotted in self.overrides})
         return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
 
@@ -210,20 +209,6 @@ def _scalar_text(value: Any) -> str:
     if isinstance(value, (list, dict)):
         return yaml.safe_dump(value, default_flow_style=True).strip()
     return str(value)
-
-
-def named_overrides(env: str, flags: dict[str, Any]) -> dict[str, Any]:
-    """Flags -> dotted overrides in the CLI's order: quick profile, named flags, then --legacy."""
-    named: dict[str, Any] = {}
-    if flags.get("quick"):
-        profiles = C.load_profiles().get("quick", {})
-        if env not in profiles:
-            raise C.ConfigError(f"quick: no quick profile for env {env!r} in {C.EXPERIMENTS_DIR / 'profiles.yaml'}")
-        named.update(profiles[env])
-    named.update({C.FLAG_KEYS[k]: v for k, v in flags.items() if k in C.FLAG_KEYS})
-    if flags.get("legacy"):
-        named.update(C.legacy_settings(flags.get("super_mode")))
-    return named
 
 
 # --------------------------------------------------------------------------------------------------
@@ -490,8 +475,8 @@ def _check_entry(entry: Any, where: str, index: int) -> dict[str, Any]:
         if not isinstance(entry["pending"], str) or not entry["pending"]:
             raise GridError(f"{where}: {what}: pending: expected the reason as text, got {entry['pending']!r}")
         out["pending"] = entry["pending"]
-    elif entry["algo"] not in C.ALGOS:
-        raise GridError(f"{where}: {what}: {_unknown(entry['algo'], C.ALGOS, 'algo')}; mark the entry "
+    elif entry["algo"] not in C.ALGORITHMS:
+        raise GridError(f"{where}: {what}: {_unknown(entry['algo'], C.algo_names(), 'algo')}; mark the entry "
                         f"'pending: <reason>' until its trainer lands")
     if "note" in entry:
         out["note"] = str(entry["note"])
