@@ -65,7 +65,9 @@ class AlgorithmSpec:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
-"""Registry: ``--algo`` key -> record, in registration order (help lists and config sections follow it)."""
+"""Registry: ``--algo`` key -> record, in registration order (help lists and config sections follow it).
+Filled when ``suPER.config`` is imported (the records are registered there, next to their dataclasses);
+read it as ``suPER.config.ALGORITHMS`` to be sure it is."""
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:

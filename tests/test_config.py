@@ -72,7 +72,8 @@ OUTSIDE = {C.POS: (0, 1e-3), C.NONNEG: (-1e-3, 0), C.UNIT: (1.001, 1.0), C.UNIT_
 
 @pytest.mark.parametrize("key", sorted(C.RANGES))
 def test_each_range_refuses_just_outside_and_takes_the_boundary(key: str) -> None:
-    algo = {"seac": "seac", "maddpg": "maddpg", "qmix": "qmix"}.get(key.split(".")[0], "ddqn")
+    section = key.split(".")[0]  # resolve with an algorithm that reads the section (env and run: any)
+    algo = next((a for a, spec in C.ALGORITHMS.items() if section in spec.sections), "ddqn")
     bad, edge = OUTSIDE[C.RANGES[key]]
     with pytest.raises(C.ConfigError, match=f"^{key}: expected"):
         C.resolve("pursuit", algo, overrides={key: bad})
