@@ -38,6 +38,10 @@ class ConfigError(ValueError):
     """Bad user input in a config value: the message names the key and what was expected."""
 
 
+POS, NONNEG, UNIT, UNIT_OPEN, INT1, INT0 = "> 0", ">= 0", "[0, 1]", "(0, 1]", "int >= 1", "int >= 0"
+"""The range vocabulary of ``RANGES`` and of each section's ``ranges`` (checked by ``_in_range``)."""
+
+
 def linear_schedule(t: int, start: float, end: float, duration: int) -> float:
     """Linear decay shared by every epsilon-greedy trainer: v(t) = start + min(1, t / duration) * (end - start)."""
     return start + min(1.0, t / max(1, duration)) * (end - start)
@@ -79,6 +83,9 @@ class EpsilonGreedy:
     the paper's ``--exploration_initial_epsilon`` spell them.
     """
 
+    ranges: ClassVar[dict[str, str]] = {"epsilon_initial": UNIT, "epsilon_final": UNIT, "epsilon_timesteps": INT1}
+    """field -> allowed range (``RANGES`` vocabulary); every numeric field of a section has one"""
+
     epsilon_initial: float = 0.1
     """epsilon-greedy start value"""
     epsilon_final: float = 0.001
@@ -94,6 +101,11 @@ class EpsilonGreedy:
 @dataclass
 class DQNConfig(EpsilonGreedy):
     """Independent (double/dueling) DQN with per-agent prioritized replay (REFERENCE sections 3, 5, 6)."""
+
+    ranges: ClassVar[dict[str, str]] = {
+        **EpsilonGreedy.ranges, "hiddens": INT1, "lr": POS, "adam_eps": POS, "gamma": UNIT_OPEN, "grad_clip": POS,
+        "buffer_size": INT1, "batch_size": INT1, "rollout_fragment_length": INT1, "learning_starts": INT0,
+        "target_update_freq": INT1, "per_alpha": NONNEG, "per_beta": NONNEG, "per_eps": POS}
 
     double_q: bool = True
     """use the online net to pick the bootstrap action (double DQN)"""
@@ -168,6 +180,10 @@ class SEACConfig:
     """Shared Experience Actor-Critic (Christianos et al., NeurIPS 2020): per-agent A2C whose losses also use
     the other learners' on-policy experience, importance-weighted (issue 7; defaults from the SEAC paper)."""
 
+    ranges: ClassVar[dict[str, str]] = {
+        "lr": POS, "adam_eps": POS, "gamma": UNIT_OPEN, "n_steps": INT1, "num_envs": INT1, "entropy_coef": NONNEG,
+        "value_coef": NONNEG, "seac_lambda": NONNEG, "grad_clip": POS}
+
     lr: float = 3e-4
     """Adam learning rate"""
     adam_eps: float = 1e-3
@@ -202,6 +218,11 @@ class MADDPGConfig(EpsilonGreedy):
     epsilon instead of its Gumbel sample (the original's EpsilonGreedy exploration; 0 = sampling only).
     """
 
+    ranges: ClassVar[dict[str, str]] = {
+        **EpsilonGreedy.ranges, "actor_lr": POS, "critic_lr": POS, "gamma": UNIT_OPEN, "tau": UNIT_OPEN,
+        "hiddens": "list int >= 1", "batch_size": INT1, "buffer_size": INT1, "rollout_fragment_length": INT1,
+        "learning_starts": INT0, "actor_feature_reg": NONNEG, "grad_clip": POS, "gumbel_temperature": POS}
+
     actor_lr: float = 2.5e-4
     """actor Adam learning rate"""
     critic_lr: float = 2.5e-4
@@ -235,6 +256,11 @@ class MADDPGConfig(EpsilonGreedy):
 @dataclass
 class QMIXConfig(EpsilonGreedy):
     """QMIX: GRU agent nets and a monotonic hypernetwork mixer over the global state (REFERENCE 7.1; issue 7)."""
+
+    ranges: ClassVar[dict[str, str]] = {
+        **EpsilonGreedy.ranges, "lr": POS, "optim_alpha": UNIT, "optim_eps": POS, "gamma": UNIT_OPEN,
+        "rnn_hidden": INT1, "mixing_embed_dim": INT1, "grad_clip": POS, "buffer_episodes": INT1,
+        "batch_episodes": INT1, "updates_per_episode": INT1, "learning_starts": INT0, "target_update_freq": INT1}
 
     lr: float = 1.6e-4
     """RMSprop learning rate"""
@@ -635,27 +661,10 @@ def _check(ok: bool, key: str, expected: str, got: Any) -> None:
 SEED_LIMIT = 2**32 - 2**24
 """Seeds (run seed plus env offsets) stay below this: numpy takes [0, 2**32) and the trainers add strides."""
 
-POS, NONNEG, UNIT, UNIT_OPEN, INT1, INT0 = "> 0", ">= 0", "[0, 1]", "(0, 1]", "int >= 1", "int >= 0"
 RANGES: dict[str, str] = {
     "env.horizon": INT1, "env.seed_offset": INT0, "env.eval_seed_offset": INT0, "env.opponent_epsilon": UNIT,
-    "dqn.hiddens": INT1, "dqn.lr": POS, "dqn.adam_eps": POS, "dqn.gamma": UNIT_OPEN, "dqn.grad_clip": POS,
-    "dqn.buffer_size": INT1, "dqn.batch_size": INT1, "dqn.rollout_fragment_length": INT1,
-    "dqn.learning_starts": INT0, "dqn.target_update_freq": INT1, "dqn.epsilon_initial": UNIT,
-    "dqn.epsilon_final": UNIT, "dqn.epsilon_timesteps": INT1, "dqn.per_alpha": NONNEG, "dqn.per_beta": NONNEG,
-    "dqn.per_eps": POS,
     "relay.bandwidth": UNIT, "relay.window": INT1,
-    "seac.lr": POS, "seac.adam_eps": POS, "seac.gamma": UNIT_OPEN, "seac.n_steps": INT1, "seac.num_envs": INT1,
-    "seac.entropy_coef": NONNEG, "seac.value_coef": NONNEG, "seac.seac_lambda": NONNEG, "seac.grad_clip": POS,
-    "maddpg.actor_lr": POS, "maddpg.critic_lr": POS, "maddpg.gamma": UNIT_OPEN, "maddpg.tau": UNIT_OPEN,
-    "maddpg.hiddens": "list int >= 1", "maddpg.batch_size": INT1, "maddpg.buffer_size": INT1,
-    "maddpg.rollout_fragment_length": INT1, "maddpg.learning_starts": INT0, "maddpg.actor_feature_reg": NONNEG,
-    "maddpg.grad_clip": POS, "maddpg.gumbel_temperature": POS, "maddpg.epsilon_initial": UNIT,
-    "maddpg.epsilon_final": UNIT, "maddpg.epsilon_timesteps": INT1,
-    "qmix.lr": POS, "qmix.optim_alpha": UNIT, "qmix.optim_eps": POS, "qmix.gamma": UNIT_OPEN,
-    "qmix.rnn_hidden": INT1, "qmix.mixing_embed_dim": INT1, "qmix.grad_clip": POS, "qmix.buffer_episodes": INT1,
-    "qmix.batch_episodes": INT1, "qmix.updates_per_episode": INT1, "qmix.learning_starts": INT0,
-    "qmix.target_update_freq": INT1, "qmix.epsilon_initial": UNIT, "qmix.epsilon_final": UNIT,
-    "qmix.epsilon_timesteps": INT1,
+    **{f"{name}.{key}": r for name, cls in algo_sections().items() for key, r in getattr(cls, "ranges", {}).items()},
     "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,
     "run.eval_episodes": INT0, "run.eval_batch": INT0, "run.threads": INT0,
     **{f"relay.{p.name}": p.range for p in rule_params() if p.type in (int, float)},  # from the rules' records
@@ -664,7 +673,8 @@ RANGES: dict[str, str] = {
 
 Why a table: each value outside these ranges either crashes a run after its folder was written or
 silently trains something else (a negative gradient clip flips every gradient, 0 freezes the nets), and
-one table lets a test check that no numeric field is left out."""
+one table lets a test check that no numeric field is left out. An algorithm section's entries come from its
+dataclass's ``ranges`` (registered sections only)."""
 
 _EXPECTED = {POS: "a number > 0", NONNEG: "a number >= 0", UNIT: "a number in [0, 1]", UNIT_OPEN: "a number in (0, 1]",
              INT1: "an integer >= 1", INT0: "an integer >= 0", "list int >= 1": "a non-empty list of integers >= 1"}
