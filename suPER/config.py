@@ -295,7 +295,7 @@ class RunConfig:
     """Budget, evaluation, seeds, output and logging: everything that is not the algorithm or the env."""
 
     algo: str = "ddqn"
-    """algorithm registry key (``suPER.algorithms.ALGORITHMS``): dqn | ddqn | seac | maddpg | qmix"""
+    """algorithm registry key (``suPER.config.ALGORITHMS``: dqn, ddqn, seac, maddpg, qmix)"""
     num_timesteps: int = 800_000
     """env steps to train for"""
     seed: int = 1
