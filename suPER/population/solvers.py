@@ -31,9 +31,9 @@ import numpy as np
 MetaSolver = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """``u_IJ -> (x_I, y_J)``: the row and column sides' mixtures"""
 
-PRD_ITERATIONS = 20_000
+PRD_ITERATIONS = 5_000
 """projected replicator dynamics: iterations"""
-PRD_DT = 1e-2
+PRD_DT = 2e-2
 """projected replicator dynamics: step size"""
 PRD_GAMMA = 1e-8
 """projected replicator dynamics: the least weight of a strategy before renormalising"""
