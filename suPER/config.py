@@ -66,6 +66,9 @@ class EnvConfig:
     """accept an opponent file in the original's pickle format (unpickling runs code from the file)"""
     pad_like_original: bool = True
     """adversarial_pursuit: pad prey obs to 10x10 and actions to 13 as the original's SuperSuit wrappers"""
+    swap_teams: bool = False
+    """battle / adversarial_pursuit: the opponent team (red / predators) learns against a fixed blue / prey
+    team given by ``opponent`` (population training's best responses for that side)"""
 
 
 @dataclass
