@@ -1,0 +1,117 @@
+"""The population commands end to end on battle's smallest map: every output, install, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suPER import opponents as O
+from suPER.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--set", "env.kwargs.map_size=12", "--set", "dqn.batch_size=2", "--set", "dqn.hiddens=8",
+        "--set", "dqn.buffer_size=500"]
+"""battle 2 vs 2 on map 12, a tiny network and batch"""
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_selfplay_one_iteration_writes_every_output_and_installs(tmp_path: Path) -> None:
+    """The cheap default-suite variant: one 20-step best response of the red side."""
+    args = ["population", "selfplay", "--env", "battle", "--iterations", "1", "--br-steps", "20", "--sides",
+            "opponent", "--eval-episodes", "1", "--out", str(tmp_path), "--install", "--install-dir",
+            str(tmp_path / "inst"), *TINY, "--set", "env.horizon=6", "--set", "dqn.learning_starts=10"]
+    assert main(args) == 0
+    folder = tmp_path / "battle__selfplay__s1"
+    for name in ("population.json", "state.json", "payoff.csv", "policies.csv", "meta_strategy.csv",
+                 "exploitability.csv", "payoff.png", "meta_strategy.png", "exploitability.png"):
+        assert (folder / name).is_file(), name
+    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 1}
+    net, meta = O.load_team(folder / "policies" / "red" / "001.safetensors")
+    assert meta.agent_ids == ("red_0", "red_1") and meta.hiddens == 8
+    card = rows(folder / "policies.csv")
+    assert [(r["policy"], r["env_steps"], r["trained_against"]) for r in card] == [("red/001", "20",
+                                                                                    '{"random": 1.0}')]
+    assert O.sha256(folder / "policies" / "red" / "001.safetensors") == card[0]["sha256"]
+    assert [(r["team_policy"], r["opponent_policy"]) for r in rows(folder / "payoff.csv")] == [
+        ("random", "random"), ("random", "red/001")]
+    # self-play: all weight on the newest policy of each side (the team side did not train: random)
+    assert [(r["side"], r["policy"], float(r["weight"])) for r in rows(folder / "meta_strategy.csv")] == [
+        ("blue", "random", 1.0), ("red", "random", 0.0), ("red", "red/001", 1.0)]
+    mixture = json.loads((tmp_path / "inst" / "battle.mixture.json").read_text())
+    assert mixture["format"] == "super-marl-mixture" and abs(sum(m["weight"] for m in mixture["members"]) - 1) < 1e-9
+    assert "Opponent mixture: battle (red side)" in (tmp_path / "inst" / "battle.mixture.card.md").read_text()
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for extra, flag in ((["--iterations", "0"], "--iterations"), (["--sides", "blue"], "--sides"),
+                        (["--meta-solver", "lp"], "--meta-solver"), (["--set", "dqn.lr"], "--set")):
+        assert main(["population", "psro", "--env", "battle", "--out", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {flag}") and "\n" not in err, err
+    assert main(["population", "psro", "--env", "pursuit", "--out", str(tmp_path)]) == 2
+    assert "--env" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def _wait(proc: subprocess.Popen[bytes], ready, timeout: float = 900.0) -> None:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    while not ready():
+        assert proc.poll() is None, "the run ended before the kill point"
+        assert time.monotonic() - t0 < timeout, "kill point not reached"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_psro_two_iterations_resumes_after_sigkill(tmp_path: Path) -> None:
+    """2 iterations x 2 sides x 300-step best responses; SIGKILL once inside iteration 2's first best
+    response (after its first checkpoint) and once while iteration 2's payoff entries are being played.
+    The resumed run finishes; no policy file, table entry or iteration-1 row is recomputed."""
+    cmd = [sys.executable, "-c", "import sys; from suPER.cli import main; sys.exit(main(sys.argv[1:]))",
+           "population", "psro", "--env", "battle", "--iterations", "2", "--br-steps", "300", "--eval-episodes",
+           "3", "--out", str(tmp_path), *TINY, "--set", "env.horizon=30", "--set", "dqn.learning_starts=50",
+           "--no-figures"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    folder = tmp_path / "battle__psro__s1"
+    br2 = folder / "br" / "battle__ddqn_super_quantile__s2001__it002_team"
+
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _wait(proc, lambda: (br2 / "checkpoints" / "latest.pt").exists())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 1}
+    first = rows(folder / "payoff.csv")
+    assert len(first) == 4  # 1 x 1 then 2 x 2
+    red1 = O.sha256(folder / "policies" / "red" / "001.safetensors")
+
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _wait(proc, lambda: len(rows(folder / "payoff.csv")) >= 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    second = rows(folder / "payoff.csv")
+    assert second[:4] == first and len(second) < 9
+
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resuming after iteration 1 of 2" in out.stdout
+    assert "best response of" not in out.stdout  # both of iteration 2 were finished before the second kill
+    assert f"iteration 2: {9 - len(second)} matches" in out.stdout
+    final = rows(folder / "payoff.csv")
+    assert final[:len(second)] == second and len(final) == 9
+    assert O.sha256(folder / "policies" / "red" / "001.safetensors") == red1
+    manifest = json.loads((br2 / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and len(manifest["resumed"]) == 1  # continued from its checkpoint
+    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 2}
+    assert [r["iteration"] for r in rows(folder / "exploitability.csv")] == ["1", "2"]
+    assert [r["policy"] for r in rows(folder / "policies.csv")] == ["blue/001", "red/001", "blue/002", "red/002"]
