@@ -13,7 +13,8 @@ pursuit prey) and the opponent side (red, predators), each starting with a unifo
 2. **payoff table**: the missing entries of every team policy x every opponent policy
    (``suPER.population.payoff``; E greedy episodes each).
 3. **meta-game**: the meta-solver (``solvers.META_SOLVERS``) maps ``u = win - loss`` to a mixture per side.
-4. **record**: meta-strategy and exploitability rows, then ``state.json`` (finished iterations).
+4. **record**: meta-strategy, exploitability and rating rows (``ratings``), then ``state.json``
+   (finished iterations).
 
 Exploitability rows (``exploitability.csv``), per iteration k, in units of the meta-payoff (win - loss):
 ``nash_conv`` = NashConv of the chosen meta-strategies in the restricted game (0 for the LP Nash);
@@ -44,7 +45,7 @@ from suPER.models import BatchedQNet
 from suPER.opponents import OPPONENT_ENVS, TeamMeta, make_env, save_team, sha256
 from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
-from suPER.population.solvers import META_SOLVERS, best_response_gains, nash_conv
+from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
 from suPER.runs import atomic_write_bytes, atomic_write_json
 
 METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
@@ -277,6 +278,7 @@ class Population:
                 "br_gain_team": gains["team"], "br_gain_opponent": gains["opponent"],
                 "approx_nash_conv": float(np.nansum([gains["team"], gains["opponent"]])),
                 "br_wall_s": round(t1 - t0, 1), "match_wall_s": round(t2 - t1, 1), "matches": n}])
+            self._append("ratings.csv", ratings(k, table, team, opp, u_IJ, self.side_name))
             atomic_write_json(self.folder / "state.json", {"finished_iterations": k})
             self.log(f"iteration {k}: {n} matches, value {float(x_I @ u_IJ @ y_J):+.3f}, NashConv {nc:.3f}, "
                      f"best-response gains {gains['team']:+.3f} / {gains['opponent']:+.3f}")
@@ -300,6 +302,27 @@ class Population:
                 w.writeheader()
                 w.writerows(kept)
         atomic_write_bytes(path, writer)
+
+
+def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str], u_IJ: np.ndarray,
+            side_name: dict[str, str]) -> list[dict[str, Any]]:
+    """Every policy's rating rows: its Nash-averaging rating and its win rate against the random team.
+
+    Nash averaging (Balduzzi et al. 2018, with the LP Nash instead of the maximum-entropy one): a team
+    policy's rating is its payoff against the opponent side's meta-Nash, ``(u y*)_i``, an opponent policy's
+    ``-(x*^T u)_j``; both are in win - loss units, and the Nash's support has the game value.
+    """
+    x_I, y_J = nash(u_IJ)
+    out = []
+    for side, names, rating in (("team", team, u_IJ @ y_J), ("opponent", opp, -(x_I @ u_IJ))):
+        for name, r in zip(names, rating):
+            e = table.entries[(name, RANDOM)] if side == "team" else table.entries[(RANDOM, name)]
+            win, lo, hi = (e["win_rate"], e["win_lo"], e["win_hi"]) if side == "team" else (
+                e["loss_rate"], e["loss_lo"], e["loss_hi"])
+            out.append({"iteration": iteration, "side": side_name[side], "policy": name, "nash_average": float(r),
+                        "win_vs_random": win, "win_vs_random_lo": lo, "win_vs_random_hi": hi,
+                        "episodes": e["episodes"]})
+    return out
 
 
 def run_folder(out: Path, cfg: PopulationConfig) -> Path:

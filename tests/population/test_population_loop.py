@@ -35,7 +35,7 @@ def test_selfplay_one_iteration_writes_every_output_and_installs(tmp_path: Path)
     assert main(args) == 0
     folder = tmp_path / "battle__selfplay__s1"
     for name in ("population.json", "state.json", "payoff.csv", "policies.csv", "meta_strategy.csv",
-                 "exploitability.csv", "payoff.png", "meta_strategy.png", "exploitability.png"):
+                 "exploitability.csv", "ratings.csv", "payoff.png", "meta_strategy.png", "exploitability.png"):
         assert (folder / name).is_file(), name
     assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 1}
     net, meta = O.load_team(folder / "policies" / "red" / "001.safetensors")
@@ -49,6 +49,10 @@ def test_selfplay_one_iteration_writes_every_output_and_installs(tmp_path: Path)
     # self-play: all weight on the newest policy of each side (the team side did not train: random)
     assert [(r["side"], r["policy"], float(r["weight"])) for r in rows(folder / "meta_strategy.csv")] == [
         ("blue", "random", 1.0), ("red", "random", 0.0), ("red", "red/001", 1.0)]
+    rated = {(r["side"], r["policy"]): r for r in rows(folder / "ratings.csv")}
+    assert sorted(rated) == [("blue", "random"), ("red", "random"), ("red", "red/001")]
+    payoff = {(r["team_policy"], r["opponent_policy"]): r for r in rows(folder / "payoff.csv")}
+    assert rated[("red", "red/001")]["win_vs_random"] == payoff[("random", "red/001")]["loss_rate"]
     mixture = json.loads((tmp_path / "inst" / "battle.mixture.json").read_text())
     assert mixture["format"] == "super-marl-mixture" and abs(sum(m["weight"] for m in mixture["members"]) - 1) < 1e-9
     assert "Opponent mixture: battle (red side)" in (tmp_path / "inst" / "battle.mixture.card.md").read_text()
@@ -115,3 +119,22 @@ def test_psro_two_iterations_resumes_after_sigkill(tmp_path: Path) -> None:
     assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 2}
     assert [r["iteration"] for r in rows(folder / "exploitability.csv")] == ["1", "2"]
     assert [r["policy"] for r in rows(folder / "policies.csv")] == ["blue/001", "red/001", "blue/002", "red/002"]
+
+
+def test_nash_average_ratings_of_a_known_table() -> None:
+    """Team policy b beats everything; opponent policy r draws with random and loses to b: the Nash puts the
+    team on b, the opponent on either, so b rates +1 (its payoff against the opponent's Nash)."""
+    from suPER.population.loop import ratings
+    from suPER.population.payoff import PayoffTable
+
+    def entry(t: str, o: str, win: float, loss: float) -> dict[str, object]:
+        return {"team_policy": t, "opponent_policy": o, "episodes": 4, "win_rate": win, "win_lo": 0.0,
+                "win_hi": 1.0, "loss_rate": loss, "loss_lo": 0.0, "loss_hi": 1.0, "tie_rate": 1 - win - loss}
+
+    table = PayoffTable({(t, o): entry(t, o, w, lo) for t, o, w, lo in (
+        ("random", "random", 0.0, 0.0), ("random", "r", 0.0, 0.5), ("b", "random", 1.0, 0.0), ("b", "r", 1.0, 0.0))})
+    team, opp = ["random", "b"], ["random", "r"]
+    rated = ratings(3, table, team, opp, table.matrix(team, opp), {"team": "blue", "opponent": "red"})
+    got = {(r["side"], r["policy"]): (r["nash_average"], r["win_vs_random"]) for r in rated}
+    assert got[("blue", "b")] == (1.0, 1.0) and got[("red", "r")] == (-1.0, 0.5)
+    assert got[("blue", "random")][0] in (0.0, -0.5) and got[("red", "random")] == (-1.0, 0.0)
