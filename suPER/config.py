@@ -115,6 +115,9 @@ class DQNConfig:
     """priority = |td| + per_eps"""
     parameter_sharing: bool = False
     """one network (and one buffer) for the whole learning team"""
+    init_from: str = ""
+    """team file (.safetensors) whose networks initialise the online and target nets, one per learner in
+    the file's order (population training's warm start); empty = fresh random networks"""
 
     def epsilon(self, env_steps: int) -> float:
         """Exploration at ``env_steps`` (``linear_schedule``)."""

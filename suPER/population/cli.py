@@ -33,14 +33,15 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: int, seed: int, sides: str,
-         meta_solver: str, relay: bool, out: Path, install: bool, install_dir: Path | None, overwrite: bool,
+         meta_solver: str, warm_start: str, relay: bool, out: Path, install: bool, install_dir: Path | None, overwrite: bool,
          figures: bool, threads: int, set_: list[str] | None) -> None:
     from suPER.population.loop import Population, PopulationConfig, run_folder
 
     if sides not in SIDE_CHOICES:
         raise C.ConfigError(f"--sides: expected one of {', '.join(SIDE_CHOICES)}, got {sides!r}")
     cfg = PopulationConfig(env=env, method=method, meta_solver=meta_solver, iterations=iterations, br_steps=br_steps,
-                           eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], relay=relay,
+                           eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], warm_start=warm_start,
+                           relay=relay,
                            threads=threads, overrides=_overrides(set_ or [])).validate()
     pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
     res = pop.run(overwrite=overwrite)
@@ -76,6 +77,8 @@ def _register(method: str, summary: str) -> None:
                                                 "(red / predators)")] = "both",
         meta_solver: Annotated[str, typer.Option("--meta-solver", help="nash | uniform | last | prd (default: "
                                                  "the method's)")] = "",
+        warm_start: Annotated[str, typer.Option("--warm-start", help="scratch | best (start each best response "
+                                                "from its side's highest-weight policy)")] = "scratch",
         relay: Annotated[bool, typer.Option("--relay/--no-relay", help="SUPER relay within each best "
                                             "response's team")] = True,
         out: Annotated[Path, typer.Option(help="parent folder of the run folder")] = Path("runs/population"),
@@ -90,7 +93,7 @@ def _register(method: str, summary: str) -> None:
         set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
                                                        "trainer, e.g. --set dqn.lr=1e-4")] = None,
     ) -> None:
-        _run(method, env, iterations, br_steps, eval_episodes, seed, sides, meta_solver, relay, out, install,
+        _run(method, env, iterations, br_steps, eval_episodes, seed, sides, meta_solver, warm_start, relay, out, install,
              install_dir, overwrite, figures, threads, set_)
 
     command.__doc__ = summary

@@ -53,6 +53,7 @@ METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
 SIDES = ("team", "opponent")
 RANDOM = "random"
 """the first policy of each side: a uniformly random team"""
+WARM_STARTS = ("scratch", "best")
 MATCH_SEED_OFFSET = 20_000
 """payoff matches are seeded run seed + this (the same episodes for every pair)"""
 
@@ -77,6 +78,9 @@ class PopulationConfig:
     """run seed (best response k of side s: seed + 1000 k + s)"""
     sides: tuple[str, ...] = SIDES
     """sides that train best responses (team, opponent or both); the others keep their random team"""
+    warm_start: str = "scratch"
+    """scratch: every best response starts from fresh networks; best: from its side's policy with the
+    largest weight in that side's previous meta-strategy (scratch while that is the random team)"""
     relay: bool = True
     """SUPER relay within each best-response team"""
     threads: int = 1
@@ -101,13 +105,16 @@ class PopulationConfig:
                             ("--eval-episodes", self.eval_episodes), ("--threads", self.threads)):
             if value < 1:
                 raise C.ConfigError(f"{flag}: expected an integer >= 1, got {value}")
+        if self.warm_start not in WARM_STARTS:
+            raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
         if not self.sides or any(s not in SIDES for s in self.sides):
             raise C.ConfigError(f"--sides: expected team, opponent or both, got {','.join(self.sides)!r}")
         self.br_config(1, self.sides[0], Path("."), Path("."))  # the trainer config resolves (bad --set fails here)
         return self
 
-    def br_config(self, iteration: int, side: str, mixture: Path, out: Path) -> C.ExperimentConfig:
-        """The trainer config of best response ``iteration`` of ``side`` against the mixture file ``mixture``.
+    def br_config(self, iteration: int, side: str, mixture: Path, out: Path, init_from: str = "") -> C.ExperimentConfig:
+        """The trainer config of best response ``iteration`` of ``side`` against the mixture file ``mixture``
+        (starting from the team file ``init_from``, if given).
 
         Evaluation episodes are 0 (the payoff table is the evaluation); a checkpoint (without the replay
         buffers) every fifth of the budget lets a killed best response continue.
@@ -117,7 +124,7 @@ class PopulationConfig:
                  "run.num_timesteps": self.br_steps, "run.eval_episodes": 0,
                  "run.eval_interval": max(1, self.br_steps // 5), "run.checkpoint_replay": False, "run.out": str(out),
                  "run.tag": f"it{iteration:03d}_{side}", "run.progress": False, "run.threads": self.threads,
-                 "run.device": "cpu"}
+                 "run.device": "cpu", "dqn.init_from": init_from}
         return C.resolve(self.env, "ddqn", overrides=self.overrides, named=named)
 
 
@@ -191,8 +198,10 @@ class Population:
 
     # ---- one iteration
 
-    def best_response(self, iteration: int, side: str, strategy: dict[str, float]) -> dict[str, Any]:
-        """Train (or finish training) ``side``'s best response of ``iteration`` against ``strategy``.
+    def best_response(self, iteration: int, side: str, strategy: dict[str, float],
+                      own: dict[str, float]) -> dict[str, Any]:
+        """Train (or finish training) ``side``'s best response of ``iteration`` against ``strategy`` (the
+        other side's meta-strategy; ``own`` is this side's, for ``warm_start: best``).
 
         Returns:
             its card entry (``policies.csv``).
@@ -206,7 +215,12 @@ class Population:
         write_mixture(mixture, self.cfg.env, [
             Member(name, RANDOM if f == RANDOM else str(Path("..") / Path(f).relative_to(self.folder)),
                    strategy[name]) for name, f in pool.items()])
-        cfg = self.cfg.br_config(iteration, side, mixture, self.folder / "br")
+        warm = ""
+        if self.cfg.warm_start == "best":
+            best = max(own, key=lambda name: own[name])  # the first of equal weights: the older policy
+            warm = "" if best == RANDOM else best
+        init_from = str(self.members(side, iteration - 1)[warm]) if warm else ""
+        cfg = self.cfg.br_config(iteration, side, mixture, self.folder / "br", init_from)
         run_dir = Path(cfg.run.out) / cfg.run_name
         final = run_dir / "checkpoints" / "final.pt"
         t0 = time.perf_counter()
@@ -226,6 +240,7 @@ class Population:
         return {"policy": self.policy_name(side, iteration), "side": self.side_name[side], "iteration": iteration,
                 "file": str(path.relative_to(self.folder)), "sha256": sha256(path), "env_steps": int(state["env_steps"]),
                 "seed": cfg.run.seed, "relay": cfg.relay.enabled, "trained_against": json.dumps(strategy),
+                "warm_start": warm or "scratch",
                 "trainer_run": str(run_dir.relative_to(self.folder)), "wall_s": round(time.perf_counter() - t0, 1)}
 
     def solve(self, iteration: int, table: PayoffTable) -> tuple[list[str], list[str], np.ndarray, np.ndarray,
@@ -251,7 +266,8 @@ class Population:
             team, opp, u_prev, x_prev, y_prev = self.solve(k - 1, table)
             strategy = {"team": dict(zip(team, x_prev.tolist())), "opponent": dict(zip(opp, y_prev.tolist()))}
             t0 = time.perf_counter()
-            cards = [self.best_response(k, side, strategy[SIDES[1 - SIDES.index(side)]]) for side in self.cfg.sides]
+            cards = [self.best_response(k, side, strategy[SIDES[1 - SIDES.index(side)]], strategy[side])
+                     for side in self.cfg.sides]
             t1 = time.perf_counter()
             n = table.fill(self.env_cfg, self.members("team", k), self.members("opponent", k), self.cfg.eval_episodes,
                            seed, self.payoff_path)

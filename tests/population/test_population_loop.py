@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from suPER import opponents as O
 from suPER.cli import main
@@ -27,30 +28,36 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def test_selfplay_one_iteration_writes_every_output_and_installs(tmp_path: Path) -> None:
-    """The cheap default-suite variant: one 20-step best response of the red side."""
-    args = ["population", "selfplay", "--env", "battle", "--iterations", "1", "--br-steps", "20", "--sides",
-            "opponent", "--eval-episodes", "1", "--out", str(tmp_path), "--install", "--install-dir",
-            str(tmp_path / "inst"), *TINY, "--set", "env.horizon=6", "--set", "dqn.learning_starts=10"]
+def test_selfplay_writes_every_output_warm_starts_and_installs(tmp_path: Path) -> None:
+    """The cheap default-suite variant: two 20-step best responses of the red side (no updates: learning
+    starts after 20 steps), the second warm-started from the first (self-play's meta-strategy: the newest)."""
+    args = ["population", "selfplay", "--env", "battle", "--iterations", "2", "--br-steps", "20", "--sides",
+            "opponent", "--eval-episodes", "1", "--warm-start", "best", "--out", str(tmp_path), "--install",
+            "--install-dir", str(tmp_path / "inst"), *TINY, "--set", "env.horizon=6", "--set",
+            "dqn.learning_starts=20"]
     assert main(args) == 0
     folder = tmp_path / "battle__selfplay__s1"
     for name in ("population.json", "state.json", "payoff.csv", "policies.csv", "meta_strategy.csv",
                  "exploitability.csv", "ratings.csv", "payoff.png", "meta_strategy.png", "exploitability.png"):
         assert (folder / name).is_file(), name
-    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 1}
-    net, meta = O.load_team(folder / "policies" / "red" / "001.safetensors")
+    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 2}
+    net1, meta = O.load_team(folder / "policies" / "red" / "001.safetensors")
+    net2, _ = O.load_team(folder / "policies" / "red" / "002.safetensors")
     assert meta.agent_ids == ("red_0", "red_1") and meta.hiddens == 8
+    for k, v in net1.state_dict().items():  # warm start and no update: the same networks
+        assert torch.equal(v, net2.state_dict()[k]), k
     card = rows(folder / "policies.csv")
-    assert [(r["policy"], r["env_steps"], r["trained_against"]) for r in card] == [("red/001", "20",
-                                                                                    '{"random": 1.0}')]
+    assert [(r["policy"], r["env_steps"], r["trained_against"], r["warm_start"]) for r in card] == [
+        ("red/001", "20", '{"random": 1.0}', "scratch"), ("red/002", "20", '{"random": 1.0}', "red/001")]
     assert O.sha256(folder / "policies" / "red" / "001.safetensors") == card[0]["sha256"]
     assert [(r["team_policy"], r["opponent_policy"]) for r in rows(folder / "payoff.csv")] == [
-        ("random", "random"), ("random", "red/001")]
+        ("random", "random"), ("random", "red/001"), ("random", "red/002")]
     # self-play: all weight on the newest policy of each side (the team side did not train: random)
-    assert [(r["side"], r["policy"], float(r["weight"])) for r in rows(folder / "meta_strategy.csv")] == [
-        ("blue", "random", 1.0), ("red", "random", 0.0), ("red", "red/001", 1.0)]
-    rated = {(r["side"], r["policy"]): r for r in rows(folder / "ratings.csv")}
-    assert sorted(rated) == [("blue", "random"), ("red", "random"), ("red", "red/001")]
+    assert [(r["side"], r["policy"], float(r["weight"])) for r in rows(folder / "meta_strategy.csv")
+            if r["iteration"] == "2"] == [("blue", "random", 1.0), ("red", "random", 0.0), ("red", "red/001", 0.0),
+                                          ("red", "red/002", 1.0)]
+    rated = {(r["side"], r["policy"]): r for r in rows(folder / "ratings.csv") if r["iteration"] == "2"}
+    assert sorted(rated) == [("blue", "random"), ("red", "random"), ("red", "red/001"), ("red", "red/002")]
     payoff = {(r["team_policy"], r["opponent_policy"]): r for r in rows(folder / "payoff.csv")}
     assert rated[("red", "red/001")]["win_vs_random"] == payoff[("random", "red/001")]["loss_rate"]
     mixture = json.loads((tmp_path / "inst" / "battle.mixture.json").read_text())
@@ -138,3 +145,17 @@ def test_nash_average_ratings_of_a_known_table() -> None:
     got = {(r["side"], r["policy"]): (r["nash_average"], r["win_vs_random"]) for r in rated}
     assert got[("blue", "b")] == (1.0, 1.0) and got[("red", "r")] == (-1.0, 0.5)
     assert got[("blue", "random")][0] in (0.0, -0.5) and got[("red", "random")] == (-1.0, 0.0)
+
+
+def test_init_from_refuses_a_team_that_does_not_fit(tmp_path: Path) -> None:
+    from suPER import config as C
+    from suPER.models import BatchedQNet
+    from suPER.native.dqn import load_init_team
+
+    path = tmp_path / "t.safetensors"
+    O.save_team(path, BatchedQNet(2, (13, 13, 5), 21, hiddens=8),
+                O.TeamMeta("battle", ("red_0", "red_1"), (13, 13, 5), 21, hiddens=8))
+    fits = BatchedQNet(2, (13, 13, 5), 21, hiddens=8)
+    assert set(load_init_team(str(path), fits)) == set(fits.state_dict())
+    with pytest.raises(C.ConfigError, match="dqn.init_from: .*t.safetensors holds 2 networks"):
+        load_init_team(str(path), BatchedQNet(3, (13, 13, 5), 21, hiddens=8))
