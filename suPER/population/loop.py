@@ -54,6 +54,8 @@ SIDES = ("team", "opponent")
 RANDOM = "random"
 """the first policy of each side: a uniformly random team"""
 WARM_STARTS = ("scratch", "best")
+VOLATILE = ("threads", "match_workers")
+"""settings a resumed run may change (speed only)"""
 MATCH_SEED_OFFSET = 20_000
 """payoff matches are seeded run seed + this (the same episodes for every pair)"""
 
@@ -85,6 +87,8 @@ class PopulationConfig:
     """SUPER relay within each best-response team"""
     threads: int = 1
     """torch threads"""
+    match_workers: int = 0
+    """payoff entries as parallel Ray tasks on this many CPUs; 0 = one after the other in this process"""
     overrides: dict[str, Any] = field(default_factory=dict)
     """dotted overrides of the best-response trainer config (``--set dqn.lr=...``)"""
 
@@ -105,6 +109,8 @@ class PopulationConfig:
                             ("--eval-episodes", self.eval_episodes), ("--threads", self.threads)):
             if value < 1:
                 raise C.ConfigError(f"{flag}: expected an integer >= 1, got {value}")
+        if self.match_workers < 0:
+            raise C.ConfigError(f"--match-workers: expected an integer >= 0, got {self.match_workers}")
         if self.warm_start not in WARM_STARTS:
             raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
         if not self.sides or any(s not in SIDES for s in self.sides):
@@ -184,7 +190,9 @@ class Population:
         mine = json.loads(json.dumps(asdict(self.cfg)))
         if path.exists() and not overwrite:
             theirs = json.loads(path.read_text())
-            if theirs != mine:
+            for key in VOLATILE:
+                theirs.pop(key, None)
+            if theirs != {k: v for k, v in mine.items() if k not in VOLATILE}:
                 diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
                 raise C.ConfigError(f"{self.folder}: holds a population run with other settings ({', '.join(diff)}); "
                                     f"use --overwrite to start over, or another --out")
@@ -255,10 +263,23 @@ class Population:
         """Run (or resume) every iteration; returns the final meta-game (see ``solve``) and the folder."""
         torch.set_num_threads(self.cfg.threads)
         self.start(overwrite)
+        self.pool = None
+        if self.cfg.match_workers > 0:
+            from suPER.population.parallel import RayMatchPool
+
+            self.pool = RayMatchPool(self.cfg.match_workers)
+        try:
+            return self._iterations()
+        finally:
+            if self.pool is not None:
+                self.pool.close()
+
+    def _iterations(self) -> dict[str, Any]:
+        """The loop of ``run`` (module docstring)."""
         table = PayoffTable.load(self.payoff_path)
         seed = self.cfg.seed + MATCH_SEED_OFFSET
         table.fill(self.env_cfg, self.members("team", 0), self.members("opponent", 0), self.cfg.eval_episodes, seed,
-                   self.payoff_path)
+                   self.payoff_path, pool=self.pool)
         done = self.finished()
         if done:
             self.log(f"resuming after iteration {done} of {self.cfg.iterations}")
@@ -270,7 +291,7 @@ class Population:
                      for side in self.cfg.sides]
             t1 = time.perf_counter()
             n = table.fill(self.env_cfg, self.members("team", k), self.members("opponent", k), self.cfg.eval_episodes,
-                           seed, self.payoff_path)
+                           seed, self.payoff_path, pool=self.pool)
             t2 = time.perf_counter()
             team, opp, u_IJ, x_I, y_J = self.solve(k, table)
             value_prev = float(x_prev @ u_prev @ y_prev)

@@ -107,7 +107,7 @@ class PayoffTable:
 
     def fill(self, env_cfg: C.EnvConfig, team: dict[str, str], opponent: dict[str, str], episodes: int, seed: int,
              path: Path | None = None, on_entry: Callable[[dict[str, Any]], None] | None = None,
-             match: Callable[..., dict[str, Any]] = play_match) -> int:
+             match: Callable[..., dict[str, Any]] = play_match, pool: Any = None) -> int:
         """Play the missing entries of ``team x opponent`` (saving ``path`` after each one).
 
         Args:
@@ -118,14 +118,19 @@ class PayoffTable:
             seed: the match seed of every entry.
             path: ``payoff.csv`` to rewrite after every new entry (None: keep in memory).
             on_entry: called with each new entry.
-            match: the match function (``play_match``).
+            match: the match function (``play_match``), when ``pool`` is None.
+            pool: runs the matches in parallel (``parallel.RayMatchPool``: ``imap(calls)`` yields
+                (call index, entry) as they finish); None = one after the other here.
 
         Returns:
             How many entries were played.
         """
         todo = self.missing(list(team), list(opponent))
-        for i, j in todo:
-            entry = {"team_policy": i, "opponent_policy": j, **match(env_cfg, team[i], opponent[j], episodes, seed)}
+        calls = [(env_cfg, team[i], opponent[j], episodes, seed) for i, j in todo]
+        results = pool.imap(calls) if pool is not None else ((k, match(*c)) for k, c in enumerate(calls))
+        for k, result in results:
+            i, j = todo[k]
+            entry = {"team_policy": i, "opponent_policy": j, **result}
             self.entries[(i, j)] = entry
             if path is not None:
                 self.save(path)

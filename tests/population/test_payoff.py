@@ -105,3 +105,24 @@ def test_bad_mixture_file_is_one_config_error(tmp_path: Path, env_cfg: C.EnvConf
     bad.write_text('{"format": "super-marl-mixture", "version": "1", "env": "battle", "members": []}')
     with pytest.raises(C.ConfigError, match="bad.mixture.json: expected members"):
         O.make_env(replace(env_cfg, opponent=str(bad)))
+
+
+@pytest.mark.slow
+def test_ray_tasks_give_the_local_entries(tmp_path: Path, env_cfg: C.EnvConfig) -> None:
+    """``--match-workers``: the entries played as Ray tasks equal the ones played here (wall time aside)."""
+    from suPER.population.parallel import RayMatchPool
+
+    team = {"random": "random", "b": team_file(tmp_path, "blue", 2)}
+    opponent = {"random": "random", "r": team_file(tmp_path, "red", 3)}
+    local, remote = PayoffTable(), PayoffTable()
+    local.fill(env_cfg, team, opponent, 3, 9)
+    pool = RayMatchPool(2)
+    try:
+        assert remote.fill(env_cfg, team, opponent, 3, 9, tmp_path / "payoff.csv", pool=pool) == 4
+    finally:
+        pool.close()
+    assert set(remote.entries) == set(local.entries)
+    for key, entry in local.entries.items():
+        assert {k: v for k, v in remote.entries[key].items() if k != "wall_s"} == pytest.approx(
+            {k: v for k, v in entry.items() if k != "wall_s"}), key
+    assert len(PayoffTable.load(tmp_path / "payoff.csv").entries) == 4
