@@ -377,11 +377,14 @@ def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> Loc
         if g == 0:
             return first
         game_seed = None if seed is None else seed + g
-        if not has_network_opponent(cfg) or not isinstance(first.opponent, NetworkOpponent):  # type: ignore[attr-defined]
-            return make_env(cfg, seed=game_seed)  # random, or a mixture: each game loads its own
+        if not has_network_opponent(cfg):
+            return make_env(cfg, seed=game_seed)
         env = _make_env(cfg, seed=game_seed, opponent=_Placeholder())
         shared = first.opponent  # type: ignore[attr-defined]
-        env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        if isinstance(shared, NetworkOpponent):
+            env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        else:  # another opponent file kind (a mixture of teams): a copy sharing its networks, its own generators
+            env.set_opponent(shared.fork(game_seed))  # type: ignore[attr-defined]
         return env
 
     return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails

@@ -100,6 +100,20 @@ class MixtureOpponent:
         self.current = int(self.rng.choice(len(self.members), p=self.weights_K))
         """index of the member playing the current episode"""
 
+    def fork(self, seed: int | None) -> MixtureOpponent:
+        """A copy for another game of a batch: the same member networks (not copied), generators from ``seed``
+        (``suPER.opponents.make_batch`` calls it, so E games hold one copy of every member's weights)."""
+        members: list[OpponentPolicy] = []
+        for k, m in enumerate(self.members):
+            member_seed = None if seed is None else seed + 7919 * (k + 1)
+            if isinstance(m, NetworkOpponent):
+                members.append(NetworkOpponent(m.net, m.epsilon, member_seed))
+            elif isinstance(m, RandomOpponent):
+                members.append(RandomOpponent(m.n_actions, member_seed))
+            else:
+                raise TypeError(f"MixtureOpponent.fork: cannot copy a member of type {type(m).__name__}")
+        return MixtureOpponent(members, self.weights_K, seed, self.names)
+
     def new_episode(self, seed: int | None) -> None:
         """Draw the member of the episode that starts now (``MAgentEnv.reset`` calls this)."""
         rng = self.rng if seed is None else np.random.default_rng([MEMBER_SEED_TAG, int(seed)])

@@ -90,6 +90,8 @@ def test_two_sides_agree_and_mixture_plays_one_member_per_seeded_episode(tmp_pat
     drawn = [int(np.random.default_rng([MEMBER_SEED_TAG, int(s)]).choice(2, p=[0.5, 0.5])) for s in seeds]
     env = O.make_batch(replace(env_cfg, opponent=str(mix)), 4, seed=11)
     try:
+        first, last = env.games[0].opponent, env.games[3].opponent  # type: ignore[attr-defined]
+        assert first is not last and first.members[1].net is last.members[1].net  # one copy of the weights
         mixed = O.play(env, O.team_policy(blue, env, 11), 4, 11)
     finally:
         env.close()
