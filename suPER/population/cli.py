@@ -34,7 +34,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: int, seed: int, sides: str,
          meta_solver: str, warm_start: str, relay: bool, out: Path, install: bool, install_dir: Path | None, overwrite: bool,
-         figures: bool, threads: int, match_workers: int, set_: list[str] | None) -> None:
+         figures: bool, threads: int, match_workers: int, vs_shipped: bool, set_: list[str] | None) -> None:
     from suPER.population.loop import Population, PopulationConfig, run_folder
 
     if sides not in SIDE_CHOICES:
@@ -42,7 +42,7 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
     cfg = PopulationConfig(env=env, method=method, meta_solver=meta_solver, iterations=iterations, br_steps=br_steps,
                            eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], warm_start=warm_start,
                            relay=relay,
-                           threads=threads, match_workers=match_workers, overrides=_overrides(set_ or [])).validate()
+                           threads=threads, match_workers=match_workers, vs_shipped=vs_shipped, overrides=_overrides(set_ or [])).validate()
     pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
     res = pop.run(overwrite=overwrite)
     print(f"{res['folder']}: team strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["team"], res["x"]))
@@ -92,11 +92,13 @@ def _register(method: str, summary: str) -> None:
         threads: Annotated[int, typer.Option(help="torch threads")] = 1,
         match_workers: Annotated[int, typer.Option("--match-workers", help="play payoff entries as parallel Ray "
                                                    "tasks on this many CPUs (0: one after the other here)")] = 0,
+        vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help="also play every team-side policy against "
+                                                 "the shipped opponent (a reference outside the meta-game)")] = False,
         set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
                                                        "trainer, e.g. --set dqn.lr=1e-4")] = None,
     ) -> None:
         _run(method, env, iterations, br_steps, eval_episodes, seed, sides, meta_solver, warm_start, relay, out, install,
-             install_dir, overwrite, figures, threads, match_workers, set_)
+             install_dir, overwrite, figures, threads, match_workers, vs_shipped, set_)
 
     command.__doc__ = summary
     population_app.command(method)(command)

@@ -53,6 +53,8 @@ METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
 SIDES = ("team", "opponent")
 RANDOM = "random"
 """the first policy of each side: a uniformly random team"""
+SHIPPED = "shipped"
+"""the reference column of ``--vs-shipped``: the env's shipped opponent (``--opponent pretrained``)"""
 WARM_STARTS = ("scratch", "best")
 VOLATILE = ("threads", "match_workers")
 """settings a resumed run may change (speed only)"""
@@ -87,6 +89,9 @@ class PopulationConfig:
     """SUPER relay within each best-response team"""
     threads: int = 1
     """torch threads"""
+    vs_shipped: bool = False
+    """also play every team-side policy against the shipped opponent (``experiments/opponents/<env>``), a
+    reference column outside the meta-game (``ratings.csv``: win_vs_shipped)"""
     match_workers: int = 0
     """payoff entries as parallel Ray tasks on this many CPUs; 0 = one after the other in this process"""
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +121,14 @@ class PopulationConfig:
         if not self.sides or any(s not in SIDES for s in self.sides):
             raise C.ConfigError(f"--sides: expected team, opponent or both, got {','.join(self.sides)!r}")
         self.br_config(1, self.sides[0], Path("."), Path("."))  # the trainer config resolves (bad --set fails here)
+        if self.vs_shipped:
+            from suPER.opponents import check_opponent
+
+            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
+            try:
+                check_opponent(env_cfg)
+            except C.ConfigError as exc:
+                raise C.ConfigError(f"--vs-shipped: the shipped opponent does not fit this env ({exc})") from exc
         return self
 
     def br_config(self, iteration: int, side: str, mixture: Path, out: Path, init_from: str = "") -> C.ExperimentConfig:
@@ -274,12 +287,21 @@ class Population:
             if self.pool is not None:
                 self.pool.close()
 
+    def _fill(self, table: PayoffTable, upto: int) -> int:
+        """The missing entries after iteration ``upto`` (and the ``--vs-shipped`` column); returns how many."""
+        team = self.members("team", upto)
+        seed = self.cfg.seed + MATCH_SEED_OFFSET
+        n = table.fill(self.env_cfg, team, self.members("opponent", upto), self.cfg.eval_episodes, seed,
+                       self.payoff_path, pool=self.pool)
+        if self.cfg.vs_shipped:
+            n += table.fill(self.env_cfg, team, {SHIPPED: "pretrained"}, self.cfg.eval_episodes, seed,
+                            self.payoff_path, pool=self.pool)
+        return n
+
     def _iterations(self) -> dict[str, Any]:
         """The loop of ``run`` (module docstring)."""
         table = PayoffTable.load(self.payoff_path)
-        seed = self.cfg.seed + MATCH_SEED_OFFSET
-        table.fill(self.env_cfg, self.members("team", 0), self.members("opponent", 0), self.cfg.eval_episodes, seed,
-                   self.payoff_path, pool=self.pool)
+        self._fill(table, 0)
         done = self.finished()
         if done:
             self.log(f"resuming after iteration {done} of {self.cfg.iterations}")
@@ -290,8 +312,7 @@ class Population:
             cards = [self.best_response(k, side, strategy[SIDES[1 - SIDES.index(side)]], strategy[side])
                      for side in self.cfg.sides]
             t1 = time.perf_counter()
-            n = table.fill(self.env_cfg, self.members("team", k), self.members("opponent", k), self.cfg.eval_episodes,
-                           seed, self.payoff_path, pool=self.pool)
+            n = self._fill(table, k)
             t2 = time.perf_counter()
             team, opp, u_IJ, x_I, y_J = self.solve(k, table)
             value_prev = float(x_prev @ u_prev @ y_prev)
@@ -343,7 +364,8 @@ class Population:
 
 def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str], u_IJ: np.ndarray,
             side_name: dict[str, str]) -> list[dict[str, Any]]:
-    """Every policy's rating rows: its Nash-averaging rating and its win rate against the random team.
+    """Every policy's rating rows: its Nash-averaging rating, its win rate against the random team and (team
+    side, ``--vs-shipped``) against the shipped opponent; NaN where an entry does not exist.
 
     Nash averaging (Balduzzi et al. 2018, with the LP Nash instead of the maximum-entropy one): a team
     policy's rating is its payoff against the opponent side's meta-Nash, ``(u y*)_i``, an opponent policy's
@@ -356,9 +378,12 @@ def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str],
             e = table.entries[(name, RANDOM)] if side == "team" else table.entries[(RANDOM, name)]
             win, lo, hi = (e["win_rate"], e["win_lo"], e["win_hi"]) if side == "team" else (
                 e["loss_rate"], e["loss_lo"], e["loss_hi"])
+            ref = table.entries.get((name, SHIPPED)) if side == "team" else None
             out.append({"iteration": iteration, "side": side_name[side], "policy": name, "nash_average": float(r),
                         "win_vs_random": win, "win_vs_random_lo": lo, "win_vs_random_hi": hi,
-                        "episodes": e["episodes"]})
+                        "win_vs_shipped": ref["win_rate"] if ref else float("nan"),
+                        "win_vs_shipped_lo": ref["win_lo"] if ref else float("nan"),
+                        "win_vs_shipped_hi": ref["win_hi"] if ref else float("nan"), "episodes": e["episodes"]})
     return out
 
 

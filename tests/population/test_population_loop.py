@@ -73,6 +73,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
         assert err.startswith(f"error: {flag}") and "\n" not in err, err
     assert main(["population", "psro", "--env", "pursuit", "--out", str(tmp_path)]) == 2
     assert "--env" in capsys.readouterr().err
+    assert main(["population", "psro", "--env", "battle", "--out", str(tmp_path), "--vs-shipped", *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --vs-shipped: the shipped opponent does not fit") and "\n" not in err, err
     assert not list(tmp_path.iterdir())
 
 
@@ -159,3 +162,19 @@ def test_init_from_refuses_a_team_that_does_not_fit(tmp_path: Path) -> None:
     assert set(load_init_team(str(path), fits)) == set(fits.state_dict())
     with pytest.raises(C.ConfigError, match="dqn.init_from: .*t.safetensors holds 2 networks"):
         load_init_team(str(path), BatchedQNet(3, (13, 13, 5), 21, hiddens=8))
+
+
+@pytest.mark.slow
+def test_vs_shipped_reference_column(tmp_path: Path) -> None:
+    """On battle's map 18 every blue policy also plays the shipped red team; ratings.csv reports it, and the
+    meta-game ignores the column."""
+    args = ["population", "psro", "--env", "battle", "--iterations", "1", "--br-steps", "10", "--sides", "team",
+            "--eval-episodes", "1", "--vs-shipped", "--no-figures", "--out", str(tmp_path), "--set", "env.horizon=5",
+            "--set", "dqn.learning_starts=10", "--set", "dqn.buffer_size=200"]
+    assert main(args) == 0
+    folder = tmp_path / "battle__psro__s1"
+    pairs = [(r["team_policy"], r["opponent_policy"]) for r in rows(folder / "payoff.csv")]
+    assert pairs == [("random", "random"), ("random", "shipped"), ("blue/001", "random"), ("blue/001", "shipped")]
+    rated = {(r["side"], r["policy"]): r for r in rows(folder / "ratings.csv")}
+    assert rated[("blue", "blue/001")]["win_vs_shipped"] != "nan" and rated[("red", "random")]["win_vs_shipped"] == "nan"
+    assert sorted(r["policy"] for r in rows(folder / "meta_strategy.csv")) == ["blue/001", "random", "random"]
