@@ -31,22 +31,22 @@ def _plt() -> Any:
 
 
 def payoff_heatmap(folder: Path, team: list[str], opponent: list[str], out: Path) -> Path:
-    """Heatmap of the team's win rate (rows: team policies, columns: opponent policies), cells annotated
-    with ``win / loss``."""
+    """Heatmap of the meta-game payoff ``win - loss`` of the team (rows: team policies, columns: opponent
+    policies; white = even), cells annotated with the team's ``win / loss`` rates."""
     plt = _plt()
     table = PayoffTable.load(folder / "payoff.csv")
     win, loss = table.matrix(team, opponent, "win_rate"), table.matrix(team, opponent, "loss_rate")
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(opponent), 1.0 + 0.6 * len(team)))
-    im = ax.imshow(win, vmin=0, vmax=1, cmap="RdBu")
+    fig, ax = plt.subplots(figsize=(2.5 + 1.1 * len(opponent), 1.5 + 0.5 * len(team)))
+    im = ax.imshow(win - loss, vmin=-1, vmax=1, cmap="RdBu", aspect="auto")
     for i in range(len(team)):
         for j in range(len(opponent)):
-            ax.text(j, i, f"{win[i, j]:.2f}/{loss[i, j]:.2f}", ha="center", va="center", fontsize=7)
+            ax.text(j, i, f"{win[i, j]:.2f}/{loss[i, j]:.2f}", ha="center", va="center", fontsize=6)
     ax.set_xticks(range(len(opponent)), opponent, rotation=45, ha="right", fontsize=7)
     ax.set_yticks(range(len(team)), team, fontsize=7)
     ax.set_xlabel("opponent policy")
     ax.set_ylabel("team policy")
     ax.set_title("team win / loss rate", fontsize=9)
-    fig.colorbar(im, ax=ax, label="team win rate")
+    fig.colorbar(im, ax=ax, label="team win - loss")
     fig.tight_layout()
     atomic_write_bytes(out, lambda p: fig.savefig(p, format="png", dpi=120))
     plt.close(fig)
@@ -67,6 +67,7 @@ def meta_strategy_plot(folder: Path, out: Path) -> Path:
         for r in mine:
             w[policies.index(r["policy"]), its.index(int(r["iteration"]))] = float(r["weight"])
         ax.stackplot(its, w, labels=policies)
+        ax.set_xticks(its)
         ax.set_xlabel("iteration")
         ax.set_ylabel("weight")
         ax.set_ylim(0, 1)
@@ -87,6 +88,7 @@ def exploitability_plot(folder: Path, out: Path) -> Path:
     for key, label in (("nash_conv", "NashConv (restricted game)"),
                        ("approx_nash_conv", "best-response gains vs previous meta-strategy")):
         ax.plot(its, [float(r[key]) for r in rows], marker="o", label=label)
+    ax.set_xticks(its)
     ax.set_xlabel("iteration")
     ax.set_ylabel("win - loss")
     ax.legend(fontsize=7)
