@@ -776,7 +776,16 @@ VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_pro
 
 
 def without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed."""
+    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed.
+
+    Fields added to the dataclasses after ``config`` was written (e.g. ``env.swap_teams``) are filled in at
+    their defaults first (``from_dict``), so a run started before them still resumes; a config that no
+    longer loads (a removed or renamed key) is compared as written, i.e. refused.
+    """
+    try:
+        config = from_dict(config).to_dict()
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        pass
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for k in VOLATILE_RUN_KEYS:
         out.get("run", {}).pop(k, None)
