@@ -56,8 +56,9 @@ RANDOM = "random"
 SHIPPED = "shipped"
 """the reference column of ``--vs-shipped``: the env's shipped opponent (``--opponent pretrained``)"""
 WARM_STARTS = ("scratch", "best")
-VOLATILE = ("threads", "match_workers")
-"""settings a resumed run may change (speed only)"""
+VOLATILE = ("threads", "match_workers", "iterations")
+"""settings a resumed run may change: speed only, and the number of iterations (a finished run can be extended;
+finished iterations are kept either way)"""
 MATCH_SEED_OFFSET = 20_000
 """payoff matches are seeded run seed + this (the same episodes for every pair)"""
 
@@ -209,6 +210,7 @@ class Population:
                 diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
                 raise C.ConfigError(f"{self.folder}: holds a population run with other settings ({', '.join(diff)}); "
                                     f"use --overwrite to start over, or another --out")
+            atomic_write_json(path, mine)  # the volatile settings of this attempt
             return
         if overwrite and self.folder.exists():
             import shutil

@@ -63,6 +63,13 @@ def test_selfplay_writes_every_output_warm_starts_and_installs(tmp_path: Path) -
     mixture = json.loads((tmp_path / "inst" / "battle.mixture.json").read_text())
     assert mixture["format"] == "super-marl-mixture" and abs(sum(m["weight"] for m in mixture["members"]) - 1) < 1e-9
     assert "Opponent mixture: battle (red side)" in (tmp_path / "inst" / "battle.mixture.card.md").read_text()
+    # a finished run extended by one iteration: only the new best response and its entry are computed
+    before = rows(folder / "payoff.csv")
+    assert main([*args[:4], "--iterations", "3", *args[6:]]) == 0
+    assert json.loads((folder / "state.json").read_text()) == {"finished_iterations": 3}
+    assert rows(folder / "payoff.csv")[:3] == before and len(rows(folder / "payoff.csv")) == 4
+    assert [r["policy"] for r in rows(folder / "policies.csv")] == ["red/001", "red/002", "red/003"]
+    assert json.loads((folder / "population.json").read_text())["iterations"] == 3
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
