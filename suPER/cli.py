@@ -903,6 +903,10 @@ opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of 
                             "train them by self-play, evaluate teams against them.")
 app.add_typer(opponents_app, name="opponents")
 
+from suPER.population.cli import population_app  # noqa: E402 - population training (suPER/population/)
+
+app.add_typer(population_app, name="population")
+
 OPPONENT_TRAIN_BUDGET = {"battle": 60_000, "adversarial_pursuit": 60_000}
 """Default self-play budget in env steps: about an hour on 2 shared cores at 1 torch thread (measured
 ~17 env steps/s for 12 learners, docs/decisions.md)."""

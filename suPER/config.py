@@ -72,6 +72,9 @@ class EnvConfig:
     """accept an opponent file in the original's pickle format (unpickling runs code from the file)"""
     pad_like_original: bool = True
     """adversarial_pursuit: pad prey obs to 10x10 and actions to 13 as the original's SuperSuit wrappers"""
+    swap_teams: bool = False
+    """battle / adversarial_pursuit: the opponent team (red / predators) learns against a fixed blue / prey
+    team given by ``opponent`` (population training's best responses for that side)"""
 
 
 @dataclass
@@ -141,6 +144,9 @@ class DQNConfig(EpsilonGreedy):
     """priority = |td| + per_eps"""
     parameter_sharing: bool = False
     """one network (and one buffer) for the whole learning team"""
+    init_from: str = ""
+    """team file (.safetensors) whose networks initialise the online and target nets, one per learner in
+    the file's order (population training's warm start); empty = fresh random networks"""
 
 
 @dataclass
@@ -862,7 +868,16 @@ VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_pro
 
 
 def without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed."""
+    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed.
+
+    Fields added to the dataclasses after ``config`` was written (e.g. ``env.swap_teams``) are filled in at
+    their defaults first (``from_dict``), so a run started before them still resumes; a config that no
+    longer loads (a removed or renamed key) is compared as written, i.e. refused.
+    """
+    try:
+        config = from_dict(config).to_dict()
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        pass
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
     for k in VOLATILE_RUN_KEYS:
         out.get("run", {}).pop(k, None)

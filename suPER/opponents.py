@@ -26,6 +26,7 @@ The original's own format, a pickle of ``{policy_id: {param_name: ndarray}}`` (R
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import pickle
@@ -334,13 +335,25 @@ def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
     """
     env = _make_env(cfg, seed=seed, opponent=None if cfg.opponent in OPPONENT_KINDS else _Placeholder())
     if has_network_opponent(cfg):
+        path = opponent_path(cfg.name, cfg.opponent)
+        loader = OPPONENT_FILE_LOADERS.get(path.suffix)
         try:
-            net, _ = load_team(opponent_path(cfg.name, cfg.opponent), env, "opponent", cfg.opponent_allow_pickle)
+            if loader is not None:
+                module, fn = loader.split(":")
+                opponent = getattr(importlib.import_module(module), fn)(path, env, cfg, seed)
+            else:
+                net, _ = load_team(path, env, "opponent", cfg.opponent_allow_pickle)
+                opponent = NetworkOpponent(net, cfg.opponent_epsilon, seed)
         except BaseException:
             env.close()
             raise
-        env.set_opponent(NetworkOpponent(net, cfg.opponent_epsilon, seed))  # type: ignore[attr-defined]
+        env.set_opponent(opponent)  # type: ignore[attr-defined]
     return env
+
+
+OPPONENT_FILE_LOADERS: dict[str, str] = {".json": "suPER.population.mixture:load_mixture_opponent"}
+"""opponent file suffix -> ``module:function(path, env, env_cfg, seed) -> OpponentPolicy`` (imported lazily)
+for opponent files that are not team files: a population's mixture of teams (``suPER.population.mixture``)"""
 
 
 MATCH_BATCH = 20
@@ -368,7 +381,10 @@ def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> Loc
             return make_env(cfg, seed=game_seed)
         env = _make_env(cfg, seed=game_seed, opponent=_Placeholder())
         shared = first.opponent  # type: ignore[attr-defined]
-        env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        if isinstance(shared, NetworkOpponent):
+            env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+        else:  # another opponent file kind (a mixture of teams): a copy sharing its networks, its own generators
+            env.set_opponent(shared.fork(game_seed))  # type: ignore[attr-defined]
         return env
 
     return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails

@@ -170,3 +170,18 @@ def test_named_flags_reach_the_baselines_own_settings() -> None:
         C.resolve("pursuit", "seac", named={"dqn.parameter_sharing": True})
     with pytest.raises(C.ConfigError, match="^relay.enabled: expected only with --algo dqn or ddqn"):
         C.resolve("pursuit", "seac", named={"relay.enabled": True, "relay.mode": "quantile"})
+
+
+def test_a_config_written_before_a_new_field_still_matches_for_resume() -> None:
+    """config.json of a run started before ``env.swap_teams`` / ``dqn.init_from`` existed: the new fields
+    count at their defaults, so the run resumes; a changed value or an unknown key still differs."""
+    cfg = C.resolve("battle", "ddqn")
+    old = cfg.to_dict()
+    del old["env"]["swap_teams"], old["dqn"]["init_from"]
+    assert C.without_volatile(old) == C.without_volatile(cfg.to_dict())
+    changed = cfg.to_dict()
+    changed["dqn"]["lr"] = 1.0
+    assert C.without_volatile(changed) != C.without_volatile(cfg.to_dict())
+    unknown = cfg.to_dict()
+    unknown["dqn"]["removed_field"] = 3
+    assert C.without_volatile(unknown) != C.without_volatile(cfg.to_dict())

@@ -34,6 +34,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "selfplay.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.cli", "ray", "wandb"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
     "campaigns": ("suPER.models", "suPER.replay", "suPER.core.relay", "suPER.envs", "suPER.cli"),
+    "population": ("suPER.cli", "suPER.native", "suPER.core", "suPER.replay", "wandb"),
     "plotting.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.cli", "ray",
                     "torch"),
 }

@@ -90,7 +90,8 @@ def make_env(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPolicy |
         raise ValueError(f"env.opponent: {cfg.opponent!r} needs a network opponent; build the env with "
                          f"suPER.opponents.make_env (or pass opponent=), or use one of {', '.join(OPPONENT_KINDS)}")
     self_play = opponent is None and cfg.opponent == "learning"
-    env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original, self_play=self_play)
+    env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original, self_play=self_play,
+              swap_teams=cfg.swap_teams)
     if opponent is not None:
         env.set_opponent(opponent)
     elif seed is not None:

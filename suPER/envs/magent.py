@@ -59,6 +59,7 @@ class MAgentEnv:
         opponent: OpponentPolicy | None = None,
         pad_like_original: bool = True,
         self_play: bool = False,
+        swap_teams: bool = False,
     ) -> None:
         """Build the magent2 parallel env.
 
@@ -71,6 +72,8 @@ class MAgentEnv:
             pad_like_original: pad observations and action spaces as SuperSuit's
                 ``pad_observations_v0``/``pad_action_space_v0`` did in the original.
             self_play: both teams are learners (N = all agents, no opponent; see the module docstring).
+            swap_teams: the opponent team (battle: red; adversarial pursuit: predators) learns and the
+                learning team is the fixed opponent (population training's best responses for that side).
         """
         if horizon < 1:
             raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
@@ -78,10 +81,12 @@ class MAgentEnv:
         self._env = self._make_parallel_env(**kwargs)
         env = self._env
         agents = env.possible_agents
-        learner_ids = tuple(a for a in agents if a.startswith(self.team + "_"))
-        opponent_ids = tuple(a for a in agents if a.startswith(self.opponent_team + "_"))
+        team, opponent_team = (self.opponent_team, self.team) if swap_teams else (self.team, self.opponent_team)
+        self.swap_teams = bool(swap_teams)
+        learner_ids = tuple(a for a in agents if a.startswith(team + "_"))
+        opponent_ids = tuple(a for a in agents if a.startswith(opponent_team + "_"))
         if not learner_ids or len(learner_ids) + len(opponent_ids) != len(agents):
-            raise ValueError(f"{self.name}: cannot split agents {agents} into {self.team}/{self.opponent_team}")
+            raise ValueError(f"{self.name}: cannot split agents {agents} into {team}/{opponent_team}")
         self.self_play = bool(self_play)
         self.team_ids: tuple[str, ...] = learner_ids
         """ids of the (normally) learning team, also in self-play"""
@@ -111,7 +116,7 @@ class MAgentEnv:
             # obs hold 0/1 presence and HP fractions: float16 keeps them within 5e-4 (not lossless)
             obs_dtype=np.float16,
             n_actions=learner_n,
-            team=f"{self.opponent_team}+{self.team}" if self.self_play else self.team,
+            team=f"{opponent_team}+{team}" if self.self_play else team,
         )
         self.opponent_obs_shape: tuple[int, ...] = opponent_obs
         """one opponent's observation shape as given to the opponent policy"""
@@ -153,6 +158,9 @@ class MAgentEnv:
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Start an episode, as ``parallel_env.reset(seed=seed)`` does.
 
+        An opponent policy with a ``new_episode(seed)`` method is told of every reset (a mixture of teams
+        draws its member for the episode there; ``suPER.population.mixture``).
+
         Args:
             seed: reseeds MAgent's RNG (and the default random opponent) when not None; None
                 continues the current streams.
@@ -162,6 +170,9 @@ class MAgentEnv:
         """
         if seed is not None and self._owns_opponent and isinstance(self.opponent, RandomOpponent):
             self.opponent.rng = np.random.default_rng(seed)
+        new_episode = getattr(self.opponent, "new_episode", None)
+        if callable(new_episode):
+            new_episode(seed)
         obs, _ = self._env.reset(seed=seed)
         self._t = 0
         self._over = False

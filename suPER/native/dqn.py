@@ -73,6 +73,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- networks: online + target, one batched module for all policies
     q_net = BatchedQNet(n_pol, obs_shape, n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens).to(device)
+    if d.init_from:  # warm start (population best responses): the team file's networks, learner p = file agent p
+        q_net.load_state_dict(load_init_team(d.init_from, q_net))
     target_net = copy.deepcopy(q_net).requires_grad_(False)
     optimizer = torch.optim.Adam(q_net.parameters(), lr=d.lr, eps=d.adam_eps, fused=True)  # 10x faster step on CPU
 
@@ -300,6 +302,21 @@ class Fragment:
         """(obs, action, reward, next_obs, done) of the rows (t, n)."""
         return (self.obs_TNO[t_K, n_K], self.action_TN[t_K, n_K], self.reward_TN[t_K, n_K],
                 self.next_obs_TNO[t_K, n_K], self.done_TN[t_K, n_K])
+
+
+def load_init_team(path: str, q_net: BatchedQNet) -> dict[str, torch.Tensor]:
+    """The state dict of team file ``path`` for ``q_net`` (``dqn.init_from``); ConfigError when it does not fit."""
+    from suPER.config import ConfigError
+    from suPER.opponents import load_team
+
+    net, meta = load_team(path)
+    theirs = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    mine = {k: tuple(v.shape) for k, v in q_net.state_dict().items()}
+    if theirs != mine:
+        raise ConfigError(f"dqn.init_from: {path} holds {net.n_policies} networks of obs {meta.obs_shape}, "
+                          f"{meta.n_actions} actions, hiddens {meta.hiddens}, which do not fit this run's "
+                          f"{q_net.n_policies} policies")
+    return {k: v.to(next(q_net.parameters()).device) for k, v in net.state_dict().items()}
 
 
 def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.ndarray,

@@ -1,0 +1,109 @@
+"""``super-marl population psro|fsp|selfplay``: the population loop from the command line.
+
+The three commands differ only in the default meta-solver (``loop.METHODS``). Bad input raises
+``ConfigError`` naming the flag (``suPER.cli.main`` prints one line and exits 2). Heavy modules are
+imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from suPER import config as C
+
+population_app = typer.Typer(no_args_is_help=True, help="Population training of battle / adversarial_pursuit "
+                             "teams (PSRO, fictitious self-play, self-play) with SUPER-DDQN best responses.")
+
+SIDE_CHOICES = {"both": ("team", "opponent"), "team": ("team",), "opponent": ("opponent",)}
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, eq, val = p.partition("=")
+        if not eq or not key:
+            raise C.ConfigError(f"--set: expected section.key=value, got {p!r}")
+        out[key.strip()] = C.parse_value(val)
+    return out
+
+
+def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: int, seed: int, sides: str,
+         meta_solver: str, warm_start: str, relay: bool, out: Path, install: bool, install_dir: Path | None, overwrite: bool,
+         figures: bool, threads: int, match_workers: int, vs_shipped: bool, set_: list[str] | None) -> None:
+    from suPER.population.loop import Population, PopulationConfig, run_folder
+
+    if sides not in SIDE_CHOICES:
+        raise C.ConfigError(f"--sides: expected one of {', '.join(SIDE_CHOICES)}, got {sides!r}")
+    cfg = PopulationConfig(env=env, method=method, meta_solver=meta_solver, iterations=iterations, br_steps=br_steps,
+                           eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], warm_start=warm_start,
+                           relay=relay,
+                           threads=threads, match_workers=match_workers, vs_shipped=vs_shipped, overrides=_overrides(set_ or [])).validate()
+    pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
+    res = pop.run(overwrite=overwrite)
+    print(f"{res['folder']}: team strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["team"], res["x"]))
+          + "; opponent strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["opponent"], res["y"])))
+    if figures:
+        from suPER.population.figures import draw_all
+
+        for path in draw_all(pop.folder, res["team"], res["opponent"]):
+            print(f"figure: {path}")
+    if install:
+        from suPER.opponents import OPPONENTS_DIR
+        from suPER.population.install import install as do_install
+
+        command = shlex.join(["super-marl", *sys.argv[1:]]) if sys.argv[1:2] == ["population"] else (
+            f"super-marl population {method} --env {env} --iterations {iterations} --br-steps {br_steps} "
+            f"--eval-episodes {eval_episodes} --seed {seed} --sides {sides}")
+        r = do_install(pop, install_dir if install_dir is not None else OPPONENTS_DIR, command)
+        print(f"installed {r['mixture']} (" + ", ".join(f"{n} {w:.2f}" for n, w in r["members"].items())
+              + f"), card {r['card']}")
+
+
+def _register(method: str, summary: str) -> None:
+    """One command per method; all share these options."""
+
+    def command(
+        env: Annotated[str, typer.Option(help="battle | adversarial_pursuit")],
+        iterations: Annotated[int, typer.Option(help="best-response iterations")] = 4,
+        br_steps: Annotated[int, typer.Option("--br-steps", help="env steps per best response")] = 20_000,
+        eval_episodes: Annotated[int, typer.Option("--eval-episodes", help="episodes per payoff entry")] = 20,
+        seed: Annotated[int, typer.Option(help="run seed")] = 1,
+        sides: Annotated[str, typer.Option(help="which sides train: both | team (blue / prey) | opponent "
+                                                "(red / predators)")] = "both",
+        meta_solver: Annotated[str, typer.Option("--meta-solver", help="nash | uniform | last | prd (default: "
+                                                 "the method's)")] = "",
+        warm_start: Annotated[str, typer.Option("--warm-start", help="scratch | best (start each best response "
+                                                "from its side's highest-weight policy)")] = "scratch",
+        relay: Annotated[bool, typer.Option("--relay/--no-relay", help="SUPER relay within each best "
+                                            "response's team")] = True,
+        out: Annotated[Path, typer.Option(help="parent folder of the run folder")] = Path("runs/population"),
+        install: Annotated[bool, typer.Option("--install", help="write the final meta-Nash mixture of the "
+                                              "opponent side as <env>.mixture.json with a card")] = False,
+        install_dir: Annotated[Path | None, typer.Option("--install-dir", help="where --install writes "
+                                                         "(default experiments/opponents/)")] = None,
+        overwrite: Annotated[bool, typer.Option(help="start over in an existing run folder")] = False,
+        figures: Annotated[bool, typer.Option("--figures/--no-figures", help="draw payoff, meta-strategy and "
+                                              "exploitability figures")] = True,
+        threads: Annotated[int, typer.Option(help="torch threads")] = 1,
+        match_workers: Annotated[int, typer.Option("--match-workers", help="play payoff entries as parallel Ray "
+                                                   "tasks on this many CPUs (0: one after the other here)")] = 0,
+        vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help="also play every team-side policy against "
+                                                 "the shipped opponent (a reference outside the meta-game)")] = False,
+        set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
+                                                       "trainer, e.g. --set dqn.lr=1e-4")] = None,
+    ) -> None:
+        _run(method, env, iterations, br_steps, eval_episodes, seed, sides, meta_solver, warm_start, relay, out, install,
+             install_dir, overwrite, figures, threads, match_workers, vs_shipped, set_)
+
+    command.__doc__ = summary
+    population_app.command(method)(command)
+
+
+_register("psro", "PSRO: best responses to the other side's meta-Nash (linear programming) of the payoff table.")
+_register("fsp", "Fictitious self-play: best responses to the uniform mixture of the other side's policies.")
+_register("selfplay", "Self-play: best responses to the other side's newest policy.")

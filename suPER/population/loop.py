@@ -1,0 +1,395 @@
+"""The population loop: best responses with the native DDQN trainer, the payoff table, the meta-game.
+
+A population run keeps a population of team policies per side, the team side (battle blue, adversarial
+pursuit prey) and the opponent side (red, predators), each starting with a uniformly random team
+(``random``). Iteration k = 1..N, read top to bottom:
+
+1. **best responses**: every training side trains a new team with the unchanged native DDQN trainer
+   (``campaigns.execute``, one independent network and PER buffer per agent, SUPER relay within the team
+   unless ``--no-relay``) for ``br_steps`` env steps, against the other side's meta-strategy after
+   iteration k-1: a mixture file (``suPER.population.mixture``) whose member is drawn per episode. The
+   opponent side trains with ``env.swap_teams`` (red / predators as the learners). Both sides respond to
+   the same (k-1) strategies, so their order does not matter.
+2. **payoff table**: the missing entries of every team policy x every opponent policy
+   (``suPER.population.payoff``; E greedy episodes each).
+3. **meta-game**: the meta-solver (``solvers.META_SOLVERS``) maps ``u = win - loss`` to a mixture per side.
+4. **record**: meta-strategy, exploitability and rating rows (``ratings``), then ``state.json``
+   (finished iterations).
+
+Exploitability rows (``exploitability.csv``), per iteration k, in units of the meta-payoff (win - loss):
+``nash_conv`` = NashConv of the chosen meta-strategies in the restricted game (0 for the LP Nash);
+``br_gain_<side>`` = the new best response's payoff against the other side's (k-1) strategy minus the
+(k-1) strategies' value, i.e. the measured gain of deviating from the previous meta-strategy, and
+``approx_nash_conv`` their sum (the measured approximate NashConv of the (k-1) meta-strategies).
+
+Resume: an iteration is finished when ``state.json`` says so; within an unfinished one a best response
+whose policy file exists is not retrained, one whose trainer run is unfinished continues from its
+checkpoint (``campaigns.execute``), and the table plays only its missing entries. A finished policy
+file, table entry or row is never rewritten.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from suPER import config as C
+from suPER.models import BatchedQNet
+from suPER.opponents import OPPONENT_ENVS, TeamMeta, make_env, save_team, sha256
+from suPER.population.mixture import Member, write_mixture
+from suPER.population.payoff import PayoffTable
+from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
+from suPER.runs import atomic_write_bytes, atomic_write_json
+
+METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
+"""command -> its default meta-solver"""
+SIDES = ("team", "opponent")
+RANDOM = "random"
+"""the first policy of each side: a uniformly random team"""
+SHIPPED = "shipped"
+"""the reference column of ``--vs-shipped``: the env's shipped opponent (``--opponent pretrained``)"""
+WARM_STARTS = ("scratch", "best")
+VOLATILE = ("threads", "match_workers", "iterations")
+"""settings a resumed run may change: speed only, and the number of iterations (a finished run can be extended;
+finished iterations are kept either way)"""
+MATCH_SEED_OFFSET = 20_000
+"""payoff matches are seeded run seed + this (the same episodes for every pair)"""
+
+
+@dataclass
+class PopulationConfig:
+    """What a population run does (stored as ``population.json``; a resume must match it)."""
+
+    env: str
+    """battle | adversarial_pursuit"""
+    method: str = "psro"
+    """psro | fsp | selfplay (names the run and picks the default meta-solver)"""
+    meta_solver: str = ""
+    """nash | uniform | last | prd; empty = the method's (``METHODS``)"""
+    iterations: int = 4
+    """best-response iterations"""
+    br_steps: int = 20_000
+    """env steps of every best response"""
+    eval_episodes: int = 20
+    """episodes per payoff-table entry"""
+    seed: int = 1
+    """run seed (best response k of side s: seed + 1000 k + s)"""
+    sides: tuple[str, ...] = SIDES
+    """sides that train best responses (team, opponent or both); the others keep their random team"""
+    warm_start: str = "scratch"
+    """scratch: every best response starts from fresh networks; best: from its side's policy with the
+    largest weight in that side's previous meta-strategy (scratch while that is the random team)"""
+    relay: bool = True
+    """SUPER relay within each best-response team"""
+    threads: int = 1
+    """torch threads"""
+    vs_shipped: bool = False
+    """also play every team-side policy against the shipped opponent (``experiments/opponents/<env>``), a
+    reference column outside the meta-game (``ratings.csv``: win_vs_shipped)"""
+    match_workers: int = 0
+    """payoff entries as parallel Ray tasks on this many CPUs; 0 = one after the other in this process"""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """dotted overrides of the best-response trainer config (``--set dqn.lr=...``)"""
+
+    @property
+    def solver(self) -> str:
+        """The meta-solver used."""
+        return self.meta_solver or METHODS[self.method]
+
+    def validate(self) -> PopulationConfig:
+        """Check every field; raise ConfigError naming the flag."""
+        if self.env not in OPPONENT_ENVS:
+            raise C.ConfigError(f"--env: expected one of {', '.join(OPPONENT_ENVS)}, got {self.env!r}")
+        if self.method not in METHODS:
+            raise C.ConfigError(f"method: expected one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.solver not in META_SOLVERS:
+            raise C.ConfigError(f"--meta-solver: expected one of {', '.join(META_SOLVERS)}, got {self.meta_solver!r}")
+        for flag, value in (("--iterations", self.iterations), ("--br-steps", self.br_steps),
+                            ("--eval-episodes", self.eval_episodes), ("--threads", self.threads)):
+            if value < 1:
+                raise C.ConfigError(f"{flag}: expected an integer >= 1, got {value}")
+        if self.match_workers < 0:
+            raise C.ConfigError(f"--match-workers: expected an integer >= 0, got {self.match_workers}")
+        if self.warm_start not in WARM_STARTS:
+            raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
+        if not self.sides or any(s not in SIDES for s in self.sides):
+            raise C.ConfigError(f"--sides: expected team, opponent or both, got {','.join(self.sides)!r}")
+        self.br_config(1, self.sides[0], Path("."), Path("."))  # the trainer config resolves (bad --set fails here)
+        if self.vs_shipped:
+            from suPER.opponents import check_opponent
+
+            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
+            try:
+                check_opponent(env_cfg)
+            except C.ConfigError as exc:
+                raise C.ConfigError(f"--vs-shipped: the shipped opponent does not fit this env ({exc})") from exc
+        return self
+
+    def br_config(self, iteration: int, side: str, mixture: Path, out: Path, init_from: str = "") -> C.ExperimentConfig:
+        """The trainer config of best response ``iteration`` of ``side`` against the mixture file ``mixture``
+        (starting from the team file ``init_from``, if given).
+
+        Evaluation episodes are 0 (the payoff table is the evaluation); a checkpoint (without the replay
+        buffers) every fifth of the budget lets a killed best response continue.
+        """
+        named = {"env.opponent": str(mixture), "env.swap_teams": side == "opponent", "env.opponent_epsilon": 0.0,
+                 "relay.enabled": self.relay, "relay.team": "", "run.seed": self.seed + 1000 * iteration + SIDES.index(side),
+                 "run.num_timesteps": self.br_steps, "run.eval_episodes": 0,
+                 "run.eval_interval": max(1, self.br_steps // 5), "run.checkpoint_replay": False, "run.out": str(out),
+                 "run.tag": f"it{iteration:03d}_{side}", "run.progress": False, "run.threads": self.threads,
+                 "run.device": "cpu", "dqn.init_from": init_from}
+        return C.resolve(self.env, "ddqn", overrides=self.overrides, named=named)
+
+
+class Population:
+    """One population run folder (layout in ``docs/population.md``).
+
+    Args:
+        cfg: the run's configuration.
+        folder: the run folder.
+        log: one-line progress messages.
+    """
+
+    def __init__(self, cfg: PopulationConfig, folder: Path, log: Any = print) -> None:
+        self.cfg, self.folder, self.log = cfg, Path(folder), log
+        env_cfg = C.resolve(cfg.env, "ddqn", overrides=cfg.overrides, named={"env.opponent": RANDOM}).env
+        self.env_cfg = env_cfg
+        names = {}
+        for side in SIDES:
+            probe = make_env(replace(env_cfg, swap_teams=side == "opponent"))
+            names[side] = (probe.spec.learner_ids, probe.spec.obs_shape, probe.spec.n_actions)
+            probe.close()
+        self.ids = {s: names[s][0] for s in SIDES}
+        self.obs_shape, self.n_actions = names["team"][1], names["team"][2]
+        self.side_name = {s: self.ids[s][0].rsplit("_", 1)[0] for s in SIDES}
+        """side -> its agents' id prefix (blue / red, prey / predator): the policies' folder"""
+
+    # ---- files
+
+    @property
+    def payoff_path(self) -> Path:
+        return self.folder / "payoff.csv"
+
+    def policy_file(self, side: str, iteration: int) -> Path:
+        """The team file of ``side``'s best response of ``iteration``."""
+        return self.folder / "policies" / self.side_name[side] / f"{iteration:03d}.safetensors"
+
+    def policy_name(self, side: str, iteration: int) -> str:
+        """``random`` for iteration 0, else ``<side prefix>/<iteration>``."""
+        return RANDOM if iteration == 0 else f"{self.side_name[side]}/{iteration:03d}"
+
+    def finished(self) -> int:
+        """Iterations finished (``state.json``; 0 when absent)."""
+        path = self.folder / "state.json"
+        return int(json.loads(path.read_text())["finished_iterations"]) if path.exists() else 0
+
+    def members(self, side: str, upto: int) -> dict[str, str]:
+        """``side``'s policies after iteration ``upto``: name -> ``random`` or its team file."""
+        out = {RANDOM: RANDOM}
+        for k in range(1, upto + 1):
+            if side in self.cfg.sides:
+                out[self.policy_name(side, k)] = str(self.policy_file(side, k))
+        return out
+
+    def start(self, overwrite: bool) -> None:
+        """Create the folder, or check that an existing one is this run (same ``population.json``)."""
+        path = self.folder / "population.json"
+        mine = json.loads(json.dumps(asdict(self.cfg)))
+        if path.exists() and not overwrite:
+            theirs = json.loads(path.read_text())
+            for key in VOLATILE:
+                theirs.pop(key, None)
+            if theirs != {k: v for k, v in mine.items() if k not in VOLATILE}:
+                diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+                raise C.ConfigError(f"{self.folder}: holds a population run with other settings ({', '.join(diff)}); "
+                                    f"use --overwrite to start over, or another --out")
+            atomic_write_json(path, mine)  # the volatile settings of this attempt
+            return
+        if overwrite and self.folder.exists():
+            import shutil
+
+            shutil.rmtree(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, mine)
+
+    # ---- one iteration
+
+    def best_response(self, iteration: int, side: str, strategy: dict[str, float],
+                      own: dict[str, float]) -> dict[str, Any]:
+        """Train (or finish training) ``side``'s best response of ``iteration`` against ``strategy`` (the
+        other side's meta-strategy; ``own`` is this side's, for ``warm_start: best``).
+
+        Returns:
+            its card entry (``policies.csv``).
+        """
+        from suPER import campaigns
+
+        other = SIDES[1 - SIDES.index(side)]
+        mix_dir = self.folder / "mixtures"
+        mixture = mix_dir / f"it{iteration:03d}_{self.side_name[side]}_trains_against.mixture.json"
+        pool = self.members(other, iteration - 1)
+        write_mixture(mixture, self.cfg.env, [
+            Member(name, RANDOM if f == RANDOM else str(Path("..") / Path(f).relative_to(self.folder)),
+                   strategy[name]) for name, f in pool.items()])
+        warm = ""
+        if self.cfg.warm_start == "best":
+            best = max(own, key=lambda name: own[name])  # the first of equal weights: the older policy
+            warm = "" if best == RANDOM else best
+        init_from = str(self.members(side, iteration - 1)[warm]) if warm else ""
+        cfg = self.cfg.br_config(iteration, side, mixture, self.folder / "br", init_from)
+        run_dir = Path(cfg.run.out) / cfg.run_name
+        final = run_dir / "checkpoints" / "final.pt"
+        t0 = time.perf_counter()
+        if not final.exists():  # a finished trainer run is not repeated (execute would refuse it)
+            self.log(f"iteration {iteration}: best response of {self.side_name[side]} ({self.cfg.br_steps} env steps)")
+            campaigns.execute(cfg)
+        state = torch.load(final, map_location="cpu", weights_only=True)
+        d = cfg.dqn
+        net = BatchedQNet(len(self.ids[side]), self.obs_shape, self.n_actions, body=d.model, dueling=d.dueling,
+                          hiddens=d.hiddens)
+        net.load_state_dict(state["q_net"])
+        path = self.policy_file(side, iteration)
+        if not path.exists():  # a finished policy file is never rewritten
+            save_team(path, net, TeamMeta(env=self.cfg.env, agent_ids=self.ids[side], obs_shape=self.obs_shape,  # type: ignore[arg-type]
+                                          n_actions=self.n_actions, body=d.model, dueling=d.dueling,
+                                          hiddens=d.hiddens))
+        return {"policy": self.policy_name(side, iteration), "side": self.side_name[side], "iteration": iteration,
+                "file": str(path.relative_to(self.folder)), "sha256": sha256(path), "env_steps": int(state["env_steps"]),
+                "seed": cfg.run.seed, "relay": cfg.relay.enabled, "trained_against": json.dumps(strategy),
+                "warm_start": warm or "scratch",
+                "trainer_run": str(run_dir.relative_to(self.folder)), "wall_s": round(time.perf_counter() - t0, 1)}
+
+    def solve(self, iteration: int, table: PayoffTable) -> tuple[list[str], list[str], np.ndarray, np.ndarray,
+                                                                    np.ndarray]:
+        """The meta-game after ``iteration``: (team names, opponent names, u_IJ, x_I, y_J)."""
+        team, opp = list(self.members("team", iteration)), list(self.members("opponent", iteration))
+        u_IJ = table.matrix(team, opp)
+        x_I, y_J = META_SOLVERS[self.cfg.solver](u_IJ)
+        return team, opp, u_IJ, x_I, y_J
+
+    def run(self, overwrite: bool = False) -> dict[str, Any]:
+        """Run (or resume) every iteration; returns the final meta-game (see ``solve``) and the folder."""
+        torch.set_num_threads(self.cfg.threads)
+        self.start(overwrite)
+        self.pool = None
+        if self.cfg.match_workers > 0:
+            from suPER.population.parallel import RayMatchPool
+
+            self.pool = RayMatchPool(self.cfg.match_workers)
+        try:
+            return self._iterations()
+        finally:
+            if self.pool is not None:
+                self.pool.close()
+
+    def _fill(self, table: PayoffTable, upto: int) -> int:
+        """The missing entries after iteration ``upto`` (and the ``--vs-shipped`` column); returns how many."""
+        team = self.members("team", upto)
+        seed = self.cfg.seed + MATCH_SEED_OFFSET
+        n = table.fill(self.env_cfg, team, self.members("opponent", upto), self.cfg.eval_episodes, seed,
+                       self.payoff_path, pool=self.pool)
+        if self.cfg.vs_shipped:
+            n += table.fill(self.env_cfg, team, {SHIPPED: "pretrained"}, self.cfg.eval_episodes, seed,
+                            self.payoff_path, pool=self.pool)
+        return n
+
+    def _iterations(self) -> dict[str, Any]:
+        """The loop of ``run`` (module docstring)."""
+        table = PayoffTable.load(self.payoff_path)
+        self._fill(table, 0)
+        done = self.finished()
+        if done:
+            self.log(f"resuming after iteration {done} of {self.cfg.iterations}")
+        for k in range(done + 1, self.cfg.iterations + 1):
+            team, opp, u_prev, x_prev, y_prev = self.solve(k - 1, table)
+            strategy = {"team": dict(zip(team, x_prev.tolist())), "opponent": dict(zip(opp, y_prev.tolist()))}
+            t0 = time.perf_counter()
+            cards = [self.best_response(k, side, strategy[SIDES[1 - SIDES.index(side)]], strategy[side])
+                     for side in self.cfg.sides]
+            t1 = time.perf_counter()
+            n = self._fill(table, k)
+            t2 = time.perf_counter()
+            team, opp, u_IJ, x_I, y_J = self.solve(k, table)
+            value_prev = float(x_prev @ u_prev @ y_prev)
+            gains = {}
+            for side in SIDES:
+                if side not in self.cfg.sides:
+                    gains[side] = float("nan")
+                elif side == "team":  # u(new BR, y_prev) - x_prev u y_prev, over the previous opponents
+                    gains[side] = float(u_IJ[team.index(self.policy_name(side, k)), :len(y_prev)] @ y_prev) - value_prev
+                else:
+                    gains[side] = value_prev - float(x_prev @ u_IJ[:len(x_prev), opp.index(self.policy_name(side, k))])
+            nc = nash_conv(u_IJ, x_I, y_J)
+            g_team, g_opp = best_response_gains(u_IJ, x_I, y_J)
+            self._append("policies.csv", cards)
+            self._append("meta_strategy.csv", [
+                {"iteration": k, "side": self.side_name[s], "policy": name, "weight": float(w)}
+                for s, names, p in (("team", team, x_I), ("opponent", opp, y_J)) for name, w in zip(names, p)])
+            self._append("exploitability.csv", [{
+                "iteration": k, "meta_solver": self.cfg.solver, "value": float(x_I @ u_IJ @ y_J), "nash_conv": nc,
+                "restricted_gain_team": g_team, "restricted_gain_opponent": g_opp,
+                "br_gain_team": gains["team"], "br_gain_opponent": gains["opponent"],
+                "approx_nash_conv": float(np.nansum([gains["team"], gains["opponent"]])),
+                "br_wall_s": round(t1 - t0, 1), "match_wall_s": round(t2 - t1, 1), "matches": n}])
+            self._append("ratings.csv", ratings(k, table, team, opp, u_IJ, self.side_name))
+            atomic_write_json(self.folder / "state.json", {"finished_iterations": k})
+            self.log(f"iteration {k}: {n} matches, value {float(x_I @ u_IJ @ y_J):+.3f}, NashConv {nc:.3f}, "
+                     f"best-response gains {gains['team']:+.3f} / {gains['opponent']:+.3f}")
+        team, opp, u_IJ, x_I, y_J = self.solve(self.cfg.iterations, table)
+        return {"folder": self.folder, "team": team, "opponent": opp, "u": u_IJ, "x": x_I, "y": y_J}
+
+    def _append(self, name: str, rows: list[dict[str, Any]]) -> None:
+        """Append rows to a CSV of the run folder (rewritten atomically; rows of this iteration replace a
+        killed attempt's)."""
+        path = self.folder / name
+        old: list[dict[str, Any]] = []
+        if path.exists():
+            with open(path, newline="") as fh:
+                old = list(csv.DictReader(fh))
+        iteration = str(rows[0]["iteration"])
+        kept = [r for r in old if r["iteration"] != iteration] + rows
+
+        def writer(tmp: str) -> None:
+            with open(tmp, "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(kept)
+        atomic_write_bytes(path, writer)
+
+
+def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str], u_IJ: np.ndarray,
+            side_name: dict[str, str]) -> list[dict[str, Any]]:
+    """Every policy's rating rows: its Nash-averaging rating, its win rate against the random team and (team
+    side, ``--vs-shipped``) against the shipped opponent; NaN where an entry does not exist.
+
+    Nash averaging (Balduzzi et al. 2018, with the LP Nash instead of the maximum-entropy one): a team
+    policy's rating is its payoff against the opponent side's meta-Nash, ``(u y*)_i``, an opponent policy's
+    ``-(x*^T u)_j``; both are in win - loss units, and the Nash's support has the game value.
+    """
+    x_I, y_J = nash(u_IJ)
+    out = []
+    for side, names, rating in (("team", team, u_IJ @ y_J), ("opponent", opp, -(x_I @ u_IJ))):
+        for name, r in zip(names, rating):
+            e = table.entries[(name, RANDOM)] if side == "team" else table.entries[(RANDOM, name)]
+            win, lo, hi = (e["win_rate"], e["win_lo"], e["win_hi"]) if side == "team" else (
+                e["loss_rate"], e["loss_lo"], e["loss_hi"])
+            ref = table.entries.get((name, SHIPPED)) if side == "team" else None
+            out.append({"iteration": iteration, "side": side_name[side], "policy": name, "nash_average": float(r),
+                        "win_vs_random": win, "win_vs_random_lo": lo, "win_vs_random_hi": hi,
+                        "win_vs_shipped": ref["win_rate"] if ref else float("nan"),
+                        "win_vs_shipped_lo": ref["win_lo"] if ref else float("nan"),
+                        "win_vs_shipped_hi": ref["win_hi"] if ref else float("nan"), "episodes": e["episodes"]})
+    return out
+
+
+def run_folder(out: Path, cfg: PopulationConfig) -> Path:
+    """``<out>/<env>__<method>[_<solver>]__s<seed>``."""
+    solver = "" if cfg.solver == METHODS[cfg.method] else f"_{cfg.solver}"
+    return Path(out) / f"{cfg.env}__{cfg.method}{solver}__s{cfg.seed}"

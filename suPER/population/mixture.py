@@ -1,0 +1,152 @@
+"""A mixture of frozen teams as the env's opponent: one member per episode, seeded.
+
+File format (``<name>.mixture.json``, read wherever ``--opponent`` / ``env.opponent`` takes a PATH)::
+
+    {"format": "super-marl-mixture", "version": "1", "env": "battle",
+     "members": [{"policy": "red/001", "file": "red_001.safetensors", "weight": 0.75},
+                 {"policy": "random", "file": "random", "weight": 0.25}]}
+
+``file`` is a team file (``suPER.opponents`` format) relative to the mixture file's folder, or
+``random`` (a uniformly random team). Weights are normalised; members of weight 0 are not loaded.
+
+Sampling: at every episode start the env calls ``new_episode(seed)``. With a seed (evaluation, matches:
+every episode is seeded) the member is drawn from ``default_rng([MEMBER_SEED_TAG, seed])``, so an
+episode depends only on its seed and two mixtures with the same weights pick the same members; without
+one (training: episodes continue the env's streams) from the mixture's own generator, seeded when the
+env is built. A member acts for the whole episode (a per-step mixture would be a different policy,
+none of the population).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suPER import config as C
+from suPER.envs import MultiAgentEnv, OpponentPolicy, RandomOpponent
+from suPER.opponents import NetworkOpponent, OpponentFileError, load_team
+from suPER.runs import atomic_write_json
+
+FORMAT = "super-marl-mixture"
+FORMAT_VERSION = "1"
+SUFFIX = ".mixture.json"
+MEMBER_SEED_TAG = 17
+"""first word of the seed sequence that draws an episode's member (keeps it apart from the env's own use)"""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One policy of a mixture file."""
+
+    policy: str
+    """the policy's name in the population (``red/001``, ``random``)"""
+    file: str
+    """team file relative to the mixture file, or ``random``"""
+    weight: float
+
+
+def write_mixture(path: Path, env_name: str, members: list[Member]) -> None:
+    """Write a mixture file atomically (members of weight 0 are kept: the file records the whole strategy)."""
+    total = sum(m.weight for m in members)
+    if not members or total <= 0 or any(m.weight < 0 for m in members):
+        raise ValueError(f"{path}: a mixture needs non-negative weights with a positive sum")
+    atomic_write_json(Path(path), {"format": FORMAT, "version": FORMAT_VERSION, "env": env_name,
+                                   "members": [{"policy": m.policy, "file": m.file, "weight": m.weight / total}
+                                               for m in members]})
+
+
+def read_mixture(path: Path) -> tuple[str, list[Member]]:
+    """Read a mixture file: (env name, members). Raises OpponentFileError (one line) on a bad file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT or str(data.get("version")) != FORMAT_VERSION:
+            raise OpponentFileError(f"{path}: expected a {FORMAT} v{FORMAT_VERSION} file, found format "
+                                    f"{data.get('format')!r} version {data.get('version')!r}")
+        members = [Member(str(m["policy"]), str(m["file"]), float(m["weight"])) for m in data["members"]]
+        env_name = str(data["env"])
+    except OSError as exc:
+        raise OpponentFileError(f"{path}: cannot read the mixture file ({exc.strerror})") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise OpponentFileError(f"{path}: malformed mixture file ({type(exc).__name__}: {exc})") from exc
+    if not members or any(not np.isfinite(m.weight) or m.weight < 0 for m in members) or \
+            sum(m.weight for m in members) <= 0:
+        raise OpponentFileError(f"{path}: expected members with non-negative weights and a positive sum")
+    return env_name, members
+
+
+class MixtureOpponent:
+    """Plays one member team per episode, drawn with the mixture's weights (module docstring).
+
+    Args:
+        members: K opponent policies (``act(obs_MO, alive_M) -> actions_M``).
+        weights_K: their probabilities (normalised here).
+        seed: seed of the generator used for unseeded episodes.
+        names: the members' policy names (for logs and tests).
+    """
+
+    def __init__(self, members: list[OpponentPolicy], weights_K: Any, seed: int | None = None,
+                 names: list[str] | None = None) -> None:
+        w = np.asarray(weights_K, dtype=np.float64)
+        if len(members) != len(w) or not len(w) or (w < 0).any() or w.sum() <= 0:
+            raise ValueError("MixtureOpponent: expected one non-negative weight per member, with a positive sum")
+        self.members, self.weights_K = list(members), w / w.sum()
+        self.names = list(names) if names is not None else [str(k) for k in range(len(members))]
+        self.rng = np.random.default_rng(seed)
+        self.current = int(self.rng.choice(len(self.members), p=self.weights_K))
+        """index of the member playing the current episode"""
+
+    def fork(self, seed: int | None) -> MixtureOpponent:
+        """A copy for another game of a batch: the same member networks (not copied), generators from ``seed``
+        (``suPER.opponents.make_batch`` calls it, so E games hold one copy of every member's weights)."""
+        members: list[OpponentPolicy] = []
+        for k, m in enumerate(self.members):
+            member_seed = None if seed is None else seed + 7919 * (k + 1)
+            if isinstance(m, NetworkOpponent):
+                members.append(NetworkOpponent(m.net, m.epsilon, member_seed))
+            elif isinstance(m, RandomOpponent):
+                members.append(RandomOpponent(m.n_actions, member_seed))
+            else:
+                raise TypeError(f"MixtureOpponent.fork: cannot copy a member of type {type(m).__name__}")
+        return MixtureOpponent(members, self.weights_K, seed, self.names)
+
+    def new_episode(self, seed: int | None) -> None:
+        """Draw the member of the episode that starts now (``MAgentEnv.reset`` calls this)."""
+        rng = self.rng if seed is None else np.random.default_rng([MEMBER_SEED_TAG, int(seed)])
+        self.current = int(rng.choice(len(self.members), p=self.weights_K))
+        member = self.members[self.current]
+        if seed is not None and isinstance(member, RandomOpponent):
+            member.rng = np.random.default_rng(seed)  # as the env's own random opponent: per-seed episodes
+
+    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
+        """The current member's actions [M]."""
+        return self.members[self.current].act(obs_MO, alive_M)
+
+
+def load_mixture_opponent(path: Path, env: MultiAgentEnv, cfg: C.EnvConfig, seed: int | None) -> MixtureOpponent:
+    """Build the ``MixtureOpponent`` of a mixture file against ``env``'s opponent team.
+
+    Members are checked like any opponent file (``suPER.opponents.load_team``); they act greedily, or
+    epsilon-greedily with ``cfg.opponent_epsilon``.
+
+    Raises:
+        OpponentFileError: a bad mixture file, a member for another env, or a bad member file.
+    """
+    env_name, members = read_mixture(path)
+    if env_name != env.spec.name:
+        raise OpponentFileError(f"{path}: a mixture for {env_name}, not {env.spec.name}")
+    kept = [m for m in members if m.weight > 0]
+    policies: list[OpponentPolicy] = []
+    for k, m in enumerate(kept):
+        member_seed = None if seed is None else seed + 7919 * (k + 1)
+        if m.file == "random":
+            n_actions = int(env.opponent_n_actions)  # type: ignore[attr-defined]
+            policies.append(RandomOpponent(n_actions, member_seed))
+        else:
+            net, _ = load_team(Path(path).parent / m.file, env, "opponent")
+            policies.append(NetworkOpponent(net, cfg.opponent_epsilon, member_seed))
+    return MixtureOpponent(policies, [m.weight for m in kept], seed, names=[m.policy for m in kept])

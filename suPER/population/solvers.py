@@ -1,0 +1,134 @@
+"""Meta-solvers of a two-player zero-sum meta-game, and NashConv of a mixture (pure numpy / scipy).
+
+The meta-game is a matrix ``u_IJ``: the row side's expected payoff when its policy i meets the column
+side's policy j; the column side gets ``-u_IJ`` (zero-sum). A meta-solver maps ``u_IJ`` to a mixture
+per side, ``(x_I, y_J)``, each a probability vector. Registry ``META_SOLVERS`` (name -> function); the
+population commands pick one by name (``psro``: ``nash``, ``fsp``: ``uniform``, ``selfplay``: ``last``,
+or any of them with ``--meta-solver``).
+
+* ``nash``: the minimax mixtures by linear programming (``scipy.optimize.linprog``, HiGHS). Row:
+  ``max v  s.t.  (x^T u)_j >= v for all j, sum x = 1, x >= 0``; column: ``min w  s.t.  (u y)_i <= w``.
+  Every Nash equilibrium of a zero-sum game is such a pair and all have the same value ``v = w``.
+* ``uniform``: ``x = 1/|I|`` (fictitious self-play: the average of all past best responses).
+* ``last``: all weight on the newest policy (plain self-play).
+* ``prd``: projected replicator dynamics (Lanctot et al. 2017, "A Unified Game-Theoretic Approach to
+  MARL"): ``x <- P(x + dt * x * (u y - x^T u y))`` and ``y <- P(y + dt * y * (-(x^T u) + x^T u y))``,
+  where ``P`` clips every weight to at least ``gamma`` and renormalises (OpenSpiel's projection). The
+  answer is the average of the second half of the iterates (replicator orbits cycle around an interior
+  equilibrium, e.g. rock-paper-scissors; their time average converges).
+
+NashConv of ``(x, y)``: the sum of both sides' gains from deviating to a best response,
+``NashConv = max_i (u y)_i - x^T u y + x^T u y - min_j (x^T u)_j = max_i (u y)_i - min_j (x^T u)_j``;
+0 exactly at a Nash equilibrium, and ``exploitability = NashConv / 2`` (OpenSpiel's convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+MetaSolver = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""``u_IJ -> (x_I, y_J)``: the row and column sides' mixtures"""
+
+PRD_ITERATIONS = 5_000
+"""projected replicator dynamics: iterations"""
+PRD_DT = 2e-2
+"""projected replicator dynamics: step size"""
+PRD_GAMMA = 1e-8
+"""projected replicator dynamics: the least weight of a strategy before renormalising"""
+
+
+def _check(u_IJ: np.ndarray) -> np.ndarray:
+    """A finite 2-d payoff matrix with at least one row and column (float64)."""
+    u = np.asarray(u_IJ, dtype=np.float64)
+    if u.ndim != 2 or 0 in u.shape or not np.isfinite(u).all():
+        raise ValueError(f"meta-game: expected a finite 2-d payoff matrix, got shape {u.shape}")
+    return u
+
+
+def _maximin(u_IJ: np.ndarray) -> np.ndarray:
+    """The row side's maximin mixture: ``argmax_x min_j (x^T u)_j`` by linear programming."""
+    from scipy.optimize import linprog
+
+    n, m = u_IJ.shape
+    # variables [x_1..x_n, v]; minimise -v s.t. v - (x^T u)_j <= 0, sum x = 1, x >= 0, v free
+    c = np.zeros(n + 1)
+    c[-1] = -1.0
+    a_ub = np.hstack([-u_IJ.T, np.ones((m, 1))])
+    a_eq = np.hstack([np.ones((1, n)), np.zeros((1, 1))])
+    res = linprog(c, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=[1.0],
+                  bounds=[(0, None)] * n + [(None, None)], method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"meta-game: linprog failed ({res.message})")
+    x = np.clip(res.x[:n], 0.0, None)
+    return x / x.sum()
+
+
+def nash(u_IJ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Minimax (Nash) mixtures of the zero-sum game ``u_IJ`` (module docstring)."""
+    u = _check(u_IJ)
+    return _maximin(u), _maximin(-u.T)
+
+
+def uniform(u_IJ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform mixtures over each side's policies (fictitious self-play)."""
+    n, m = _check(u_IJ).shape
+    return np.full(n, 1.0 / n), np.full(m, 1.0 / m)
+
+
+def last(u_IJ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All weight on each side's newest (last) policy (self-play)."""
+    n, m = _check(u_IJ).shape
+    return np.eye(n)[-1], np.eye(m)[-1]
+
+
+def _project(p: np.ndarray, gamma: float) -> np.ndarray:
+    """OpenSpiel's simplex projection of PRD: weights below gamma become gamma, then renormalise."""
+    p = np.maximum(p, gamma)
+    return p / p.sum()
+
+
+def prd(u_IJ: np.ndarray, iterations: int = PRD_ITERATIONS, dt: float = PRD_DT,
+        gamma: float = PRD_GAMMA) -> tuple[np.ndarray, np.ndarray]:
+    """Projected replicator dynamics from the uniform mixtures; the mean of the last half of the iterates."""
+    u = _check(u_IJ)
+    n, m = u.shape
+    x, y = np.full(n, 1.0 / n), np.full(m, 1.0 / m)
+    sum_x, sum_y, kept = np.zeros(n), np.zeros(m), 0
+    for t in range(iterations):
+        uy_I, xu_J = u @ y, x @ u
+        value = x @ uy_I
+        x, y = _project(x + dt * x * (uy_I - value), gamma), _project(y + dt * y * (value - xu_J), gamma)
+        if t >= iterations // 2:
+            sum_x += x
+            sum_y += y
+            kept += 1
+    return sum_x / kept, sum_y / kept
+
+
+META_SOLVERS: dict[str, MetaSolver] = {"nash": nash, "uniform": uniform, "last": last, "prd": prd}
+"""name -> meta-solver (``--meta-solver NAME``)"""
+
+
+def nash_conv(u_IJ: np.ndarray, x_I: np.ndarray, y_J: np.ndarray) -> float:
+    """NashConv of the mixtures ``(x_I, y_J)`` in the zero-sum game ``u_IJ``: ``max_i (u y)_i - min_j (x^T u)_j``.
+
+    Args:
+        u_IJ: the row side's payoffs.
+        x_I: the row side's mixture.
+        y_J: the column side's mixture.
+
+    Returns:
+        The sum of both sides' best-response gains (>= 0 up to rounding; 0 at a Nash equilibrium).
+    """
+    u = _check(u_IJ)
+    return float((u @ np.asarray(y_J, dtype=np.float64)).max() - (np.asarray(x_I, dtype=np.float64) @ u).min())
+
+
+def best_response_gains(u_IJ: np.ndarray, x_I: np.ndarray, y_J: np.ndarray) -> tuple[float, float]:
+    """Each side's gain from its best pure response to the other's mixture: ``(max_i (u y)_i - x^T u y,
+    x^T u y - min_j (x^T u)_j)``; their sum is ``nash_conv``."""
+    u = _check(u_IJ)
+    value = float(x_I @ u @ y_J)
+    return float((u @ y_J).max() - value), float(value - (x_I @ u).min())
