@@ -33,7 +33,7 @@ import torch
 
 from suPER import config as C
 from suPER import opponents as O
-from suPER.evaluation import episode_seeds, play_episodes
+from suPER.evaluation import episode_seeds, make_eval_batch, play_episodes
 from suPER.models import BatchedQNet
 
 ENVS = ("pursuit", "battle", "adversarial_pursuit")
@@ -60,7 +60,7 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> d
     cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
     single = O.make_env(cfg.env, seed=seed)
-    batch = O.make_batch(cfg.env, episodes, seed=seed)
+    batch = make_eval_batch(cfg.env, episodes, seed=seed)
     try:
         act = greedy_act(cfg, single.spec)
         t0 = time.perf_counter()
