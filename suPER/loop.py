@@ -23,7 +23,8 @@ MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
 Evaluation happens at exact multiples of ``ExperimentConfig.eval_interval`` env steps (env steps summed
 over parallel envs), on separate envs with greedy actions (``suPER.evaluation.evaluate_episodes``): the
 K episodes of evaluation i are seeded ``episode_seeds(eval_seed, i, K)`` and played as batches of
-``run.eval_batch`` games in lockstep (one batched policy call per step; 0 = one at a time), and
+``run.eval_batch`` games (``evaluation.make_eval_batch``: one batched policy call per step; 0 = one at a
+time), and
 writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
 time excluded), ``wall_time_s`` and whatever the trainer adds.
