@@ -170,7 +170,9 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
         if on_reset is not None:
             on_reset(e)
         while playing_W.any():
-            res = env.step(act(obs_ENO, alive_EN))
+            acts = act(obs_ENO, alive_EN)
+            # [E, N] for every batch (a lockstep batch used to accept a flat [E * N] row too)
+            res = env.step(acts.reshape(e, n) if hasattr(acts, "reshape") else np.asarray(acts).reshape(e, n))
             reward_WN = _numpy(res.reward_EN)[:w]
             over_W = _numpy(res.episode_over_E)[:w].astype(bool)
             counted_WN = alive_EN[:w] & playing_W[:, None]
