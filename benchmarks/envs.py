@@ -36,23 +36,23 @@ PURSUIT = {"n_pursuers": 8, "n_evaders": 30, "x_size": 16, "y_size": 16, "max_cy
 """the paper's pursuit setting (experiments/envs/pursuit.yaml)"""
 
 
-def _time_single(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
-    """Step one ``MultiAgentEnv`` with random actions for about ``seconds``; return (env steps, wall s)."""
+def _time_single(env: Any, seconds: float, seed: int = 0) -> tuple[int, float, float]:
+    """Step one ``MultiAgentEnv`` with random actions for about ``seconds``; return (env steps, wall s, CPU s)."""
     rng = np.random.default_rng(seed)
     n, a = env.spec.n_agents, env.spec.n_actions
     env.reset(seed)
-    steps, t0 = 0, time.perf_counter()
+    steps, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
         res = env.step(rng.integers(0, a, n))
         steps += 1
         if res.episode_over:
             env.reset()
         if steps % 50 == 0 and time.perf_counter() - t0 >= seconds:
-            return steps, time.perf_counter() - t0
+            return steps, time.perf_counter() - t0, time.process_time() - c0
 
 
-def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
-    """Step a ``BatchedMultiAgentEnv`` (torch) for about ``seconds``; return (env steps, wall s)."""
+def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float, float]:
+    """Step a ``BatchedMultiAgentEnv`` (torch) for about ``seconds``; return (env steps, wall s, CPU s)."""
     import torch
 
     e, n, a = env.num_games, env.spec.n_agents, env.spec.n_actions
@@ -64,7 +64,7 @@ def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
         env.step(torch.randint(0, a, (e, n), generator=g, device=dev))
     if dev.type == "cuda":
         torch.cuda.synchronize()
-    steps, calls, t0 = 0, 0, time.perf_counter()
+    steps, calls, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
     while True:
         res = env.step(torch.randint(0, a, (e, n), generator=g, device=dev))
         steps, calls = steps + e, calls + 1
@@ -76,7 +76,7 @@ def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float]:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             if time.perf_counter() - t0 >= seconds:
-                return steps, time.perf_counter() - t0
+                return steps, time.perf_counter() - t0, time.process_time() - c0
 
 
 def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -87,36 +87,62 @@ def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
     from suPER.envs.vec_pursuit import VecPursuitEnv
 
     rows = []
-    steps, wall = _time_single(PursuitEnv(PURSUIT), args.seconds)
+    steps, wall, cpu = _time_single(PursuitEnv(PURSUIT), args.seconds)
     rows.append({"env": "pursuit", "impl": "PursuitEnv (single game)", "device": "cpu", "E": 1,
-                 "env_steps": steps, "seconds": wall, "env_steps_per_sec": steps / wall})
+                 "env_steps": steps, "seconds": wall, "cpu_seconds": cpu, "env_steps_per_sec": steps / wall,
+                 "env_steps_per_cpu_sec": steps / cpu})
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and not args.cpu_only else [])
     for dev in devices:
         for e in args.sizes:
             env = VecPursuitEnv(PURSUIT, e, device=dev)
-            steps, wall = _time_batched(env, args.seconds)
+            steps, wall, cpu = _time_batched(env, args.seconds)
             rows.append({"env": "pursuit", "impl": "VecPursuitEnv", "device": dev, "E": e,
-                         "env_steps": steps, "seconds": wall, "env_steps_per_sec": steps / wall})
+                         "env_steps": steps, "seconds": wall, "cpu_seconds": cpu, "env_steps_per_sec": steps / wall,
+                         "env_steps_per_cpu_sec": steps / cpu})
             env.close()
+    return rows
+
+
+def bench_evaluation(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Greedy evaluation of K seeded episodes, sequential vs batched (``benchmarks/eval_batch.py``'s measure):
+    prints ``eval speedup batched/sequential (<env>): <x>x`` per env; rows give env-steps/s of both ways."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from eval_batch import eval_speedup
+
+    rows = []
+    for name in args.eval_envs:
+        r = eval_speedup(name, args.eval_episodes, args.eval_horizon)
+        for how in ("sequential", "batched"):
+            rows.append({"env": f"evaluation: {name}", "impl": f"{how} ({args.eval_episodes} episodes)",
+                         "device": "cpu", "E": args.eval_episodes if how == "batched" else 1,
+                         "env_steps": int(r[f"{how}_steps"]), "seconds": r[f"{how}_s"],
+                         "cpu_seconds": r[f"{how}_cpu_s"], "env_steps_per_sec": r[f"{how}_steps"] / r[f"{how}_s"],
+                         "env_steps_per_cpu_sec": r[f"{how}_steps"] / r[f"{how}_cpu_s"]})
     return rows
 
 
 BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
     "pursuit": bench_pursuit,
-    # "battle": bench_battle, "adversarial_pursuit": ..., "evaluation": ...  (other helpers of issue 15)
+    "evaluation": bench_evaluation,
+    # "battle": bench_battle, "adversarial_pursuit": ...  (MAgent batched env-steps/s: not yet)
 }
 """env (or part) -> benchmark function returning table rows"""
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    """Markdown table; ratio = env-steps/s over the same env's single-game row."""
-    single = {r["env"]: r["env_steps_per_sec"] for r in rows if r["impl"].endswith("(single game)")}
-    lines = ["| env | implementation | device | E | env-steps/s | x single game |", "|---|---|---|---|---|---|"]
+    """Markdown table; ratio = env-steps per CPU second over the same env's single-game row.
+
+    Env-steps per CPU second (``time.process_time``, one torch thread) is the rate on one core whatever
+    else the machine runs; wall env-steps/s equals it on an idle core and is lower on a shared one.
+    """
+    single = {r["env"]: r["env_steps_per_cpu_sec"] for r in rows if r["impl"].endswith("(single game)")}
+    lines = ["| env | implementation | device | E | env-steps/s (wall) | env-steps per CPU-s | x single game |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        ratio = r["env_steps_per_sec"] / single[r["env"]] if r["env"] in single else float("nan")
+        ratio = r["env_steps_per_cpu_sec"] / single[r["env"]] if r["env"] in single else float("nan")
         r["ratio_vs_single"] = ratio
         lines.append(f"| {r['env']} | {r['impl']} | {r['device']} | {r['E']} | {r['env_steps_per_sec']:,.0f} | "
-                     f"{ratio:.1f} |")
+                     f"{r['env_steps_per_cpu_sec']:,.0f} | {ratio:.1f} |")
     return "\n".join(lines)
 
 
@@ -141,7 +167,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHES)}")
     p.add_argument("--cpu-only", action="store_true", help="skip CUDA even when present")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
+    p.add_argument("--eval-envs", default=None,
+                   help="envs of the evaluation benchmark (default pursuit,battle,adversarial_pursuit; quick pursuit)")
+    p.add_argument("--eval-episodes", type=int, default=None, help="K episodes per evaluation (default 20; quick 4)")
+    p.add_argument("--eval-horizon", type=int, default=None, help="their horizon (default 100; quick 15)")
     args = p.parse_args(argv)
+    args.eval_envs = (args.eval_envs or ("pursuit" if args.quick else "pursuit,battle,adversarial_pursuit")).split(",")
+    args.eval_episodes = args.eval_episodes or (4 if args.quick else 20)
+    args.eval_horizon = args.eval_horizon or (15 if args.quick else 100)
     args.seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 5.0)
     args.sizes = args.sizes or ([1, 16, 256] if args.quick else [1, 16, 256, 4096])
     import torch

@@ -2,22 +2,24 @@
 
 Usage::
 
-    python benchmarks/eval_batch.py              # K = 20 episodes per env, horizon 100 (~5 min on 2 busy cores)
+    python benchmarks/eval_batch.py              # K = 20 episodes per env, horizon 100, a 20k-step pursuit run
     python benchmarks/eval_batch.py --quick      # smoke mode (< 1 min): K = 4, horizon 15, numbers mean nothing
-    python benchmarks/eval_batch.py --horizon 500 --train-steps 2000
+    python benchmarks/eval_batch.py --envs pursuit --run-steps 0    # the speedups only
 
 For each env (pursuit, battle, adversarial_pursuit, with the YAML's settings and the shipped opponents) the
 native DDQN trainer's greedy batched act on a fresh paper network plays the same K seeded episodes
 (``episode_seeds``) both ways: ``run.eval_batch 0`` (one env, E = 1 per call) and ``run.eval_batch K``
-(``opponents.make_batch``: one learner forward and one opponent forward for all K games per step). It prints
+(``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv`` with one learner forward for all K games per
+step; MAgent: K games in lockstep with one learner and one opponent forward per step). It prints
 
     eval speedup batched/sequential (<env>): <x>x
 
-and the share of evaluation in the wall time of a paper-protocol pursuit run: a short native DDQN run with
-evaluation off gives the training env-steps/s; one evaluation's time is scaled from the measured horizon to
-the paper's 500 steps (an untrained greedy policy never catches all evaders, so pursuit episodes run to the
-horizon: an upper bound); share = 200 * t_eval / (800k / sps + 200 * t_eval), the paper's density of one
-evaluation of 20 episodes per total/200 steps at the pursuit YAML's budget of 800k env steps.
+and the share of evaluation in the wall time of a paper-protocol pursuit run, measured: a native DDQN
+pursuit run of ``--run-steps`` env steps (default 20k) with the paper's density, one evaluation of
+20 x 500-step episodes every 4000 steps (200 over the YAML's 800k) plus the step-0 one, batched; share =
+evaluation seconds / run wall seconds. The sequential share is that run with its evaluation time scaled by
+the measured pursuit speedup. Wall-clock ratios: both sides of a ratio run in the same process, minutes
+apart at most, on whatever load the machine has.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import torch
 
 from suPER import config as C
 from suPER import opponents as O
-from suPER.evaluation import episode_seeds, play_episodes
+from suPER.evaluation import episode_seeds, make_eval_batch, play_episodes
 from suPER.models import BatchedQNet
 
 ENVS = ("pursuit", "battle", "adversarial_pursuit")
@@ -60,69 +62,89 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> d
     cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
     single = O.make_env(cfg.env, seed=seed)
-    batch = O.make_batch(cfg.env, episodes, seed=seed)
+    batch = make_eval_batch(cfg.env, episodes, seed=seed)
     try:
         act = greedy_act(cfg, single.spec)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         seq = play_episodes(single, act, seeds)
-        t_seq = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t_seq, c_seq = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         bat = play_episodes(batch, act, seeds)
-        t_bat = time.perf_counter() - t0
+        t_bat, c_bat = time.perf_counter() - t0, time.process_time() - c0
     finally:
         single.close()
         batch.close()
     same = float(np.mean(np.all(seq.agent_return_KN == bat.agent_return_KN, axis=1) & (seq.length_K == bat.length_K)))
-    out = {"sequential_s": t_seq, "batched_s": t_bat, "speedup": t_seq / t_bat, "steps": float(seq.length_K.sum()),
+    # per env step: the two sides may play episodes of other lengths (pursuit's vectorized env)
+    speedup = (t_seq / max(seq.length_K.sum(), 1)) / (t_bat / max(bat.length_K.sum(), 1))
+    out = {"sequential_s": t_seq, "batched_s": t_bat, "sequential_cpu_s": c_seq, "batched_cpu_s": c_bat,
+           "sequential_steps": float(seq.length_K.sum()), "batched_steps": float(bat.length_K.sum()),
+           "speedup": speedup, "cpu_speedup": (c_seq / max(seq.length_K.sum(), 1)) / (c_bat / max(bat.length_K.sum(), 1)),
+           "steps": float(seq.length_K.sum()),
            "identical_episodes": same}
+    how = ("other episodes: the vectorized env draws from a hash, same distribution" if env_name == "pursuit" else
+           f"identical episodes {same:.0%} (float32 forwards round differently by batch size)")
     print(f"eval speedup batched/sequential ({env_name}): {out['speedup']:.2f}x   "
-          f"({episodes} episodes, {int(out['steps'])} env steps: sequential {t_seq:.1f} s, batched {t_bat:.1f} s; "
-          f"identical episodes {same:.0%} (float32 forwards round differently by batch size))")
+          f"(per env step, wall; {out['cpu_speedup']:.2f}x in CPU time; {episodes} episodes, {int(out['steps'])} + "
+          f"{int(bat.length_K.sum())} env steps: sequential {t_seq:.1f} s, batched {t_bat:.1f} s; {how})", flush=True)
     return out
 
 
-def training_sps(steps: int) -> float:
-    """Env-steps/s of a native DDQN pursuit run with the paper's settings, evaluation off."""
+def paper_run_share(steps: int, interval: int, episodes: int, horizon: int, eval_batch: int) -> dict[str, float]:
+    """Measure a native DDQN pursuit run with the paper's evaluation density; return its timings.
+
+    The run trains ``steps`` env steps (YAML settings, one torch thread, CPU) and evaluates every
+    ``interval`` steps (and at step 0) on ``episodes`` greedy episodes of ``horizon`` steps, played as
+    ``run.eval_batch`` games at once. share = evaluation seconds / the run's wall seconds (``Summary.timings``).
+    """
     from suPER.campaigns import execute
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = C.resolve("pursuit", "ddqn", named={"run.num_timesteps": steps, "run.eval_interval": steps,
-                                                  "run.eval_episodes": 0, "run.out": tmp, "run.progress": False,
-                                                  "run.threads": 1, "run.device": "cpu",
-                                                  "run.checkpoint_replay": False})
-        return float(execute(cfg).env_steps_per_sec)
+        cfg = C.resolve("pursuit", "ddqn", named={
+            "run.num_timesteps": steps, "run.eval_interval": interval, "run.eval_episodes": episodes,
+            "run.eval_batch": eval_batch, "env.horizon": horizon, "run.out": tmp, "run.progress": False,
+            "run.threads": 1, "run.device": "cpu", "run.checkpoint_replay": False})
+        s = execute(cfg)
+    evals = steps // interval + 1
+    t_eval = s.timings.get("eval", 0.0)
+    return {"wall_s": s.wall_time_s, "eval_s": t_eval, "share": t_eval / s.wall_time_s, "evaluations": evals,
+            "train_sps": s.env_steps_per_sec, "per_eval_s": t_eval / evals}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke mode: K = 4, horizon 15, 100 training steps")
+    p.add_argument("--quick", action="store_true", help="smoke mode: K = 4, horizon 15, a 200-step run")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--horizon", type=int, default=100, help="episode horizon of the measured evaluations")
-    p.add_argument("--train-steps", type=int, default=1500, help="env steps of the training-rate run")
+    p.add_argument("--run-steps", type=int, default=20_000,
+                   help="env steps of the measured paper-protocol pursuit run (0 = skip it)")
+    p.add_argument("--train-steps", type=int, default=None, help=argparse.SUPPRESS)  # old name of --run-steps
     p.add_argument("--envs", default=",".join(ENVS))
     a = p.parse_args()
+    if a.train_steps is not None:
+        a.run_steps = a.train_steps
+    # the paper's density: 200 evaluations of 20 x 500-step episodes over 800k env steps
+    interval, run_episodes, run_horizon = 800_000 // 200, 20, 500
     if a.quick:  # explicit flags still win
         defaults = p.parse_args([])
         a.episodes = 4 if a.episodes == defaults.episodes else a.episodes
         a.horizon = 15 if a.horizon == defaults.horizon else a.horizon
-        a.train_steps = 100 if a.train_steps == defaults.train_steps else a.train_steps
+        a.run_steps = 200 if a.train_steps is None and a.run_steps == defaults.run_steps else a.run_steps
+        interval, run_episodes, run_horizon = max(1, a.run_steps // 2), a.episodes, a.horizon
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; torch threads 1")
     results = {name: eval_speedup(name, a.episodes, a.horizon) for name in a.envs.split(",")}
-    if "pursuit" in results:
-        sps = training_sps(a.train_steps)
-        r = results["pursuit"]
-        scale = 500 * a.episodes / max(r["steps"], 1.0) * 20 / a.episodes  # to 20 episodes of 500 steps
-        total, evals = 800_000, 200
-        train_s = total / sps
-        for how in ("sequential", "batched"):
-            t_eval = r[f"{how}_s"] * scale
-            share = evals * t_eval / (train_s + evals * t_eval)
-            print(f"eval share of a paper-protocol pursuit run ({how}): {share:.1%}   "
-                  f"(800k steps at {sps:.0f} env steps/s = {train_s / 3600:.1f} h training + 200 evaluations x "
-                  f"{t_eval:.0f} s; evaluation of 20 x 500-step episodes extrapolated from the measured "
-                  f"{int(r['steps'])} steps)")
+    if "pursuit" in results and a.run_steps > 0:
+        r = paper_run_share(a.run_steps, interval, run_episodes, run_horizon, eval_batch=run_episodes)
+        speedup = results["pursuit"]["speedup"]
+        seq_eval = r["eval_s"] * speedup
+        seq_share = seq_eval / (r["wall_s"] - r["eval_s"] + seq_eval)
+        print(f"eval share of a paper-protocol pursuit run (batched): {r['share']:.1%}   (measured: {a.run_steps} env "
+              f"steps, {r['evaluations']} evaluations of {run_episodes} x {run_horizon}-step episodes, one every "
+              f"{interval} steps: {r['eval_s']:.0f} s of {r['wall_s']:.0f} s wall, {r['per_eval_s']:.1f} s per "
+              f"evaluation; training {r['train_sps']:.0f} env steps/s)")
+        print(f"eval share of a paper-protocol pursuit run (sequential, from the speedup above): {seq_share:.1%}")
     print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -8,7 +8,12 @@ Episodes are seeded one by one (``episode_seeds``): episode k of evaluation i ha
 the run's evaluation seed, i and k, so an evaluation is reproducible from the run seed alone.
 ``play_episodes`` plays a list of seeded episodes either one at a time on one ``MultiAgentEnv``
 (sequential) or E at a time on a ``BatchedMultiAgentEnv`` (one batched policy call for all E games per
-step); both give the same episodes for a deterministic, batch-invariant policy.
+step). ``make_eval_batch`` builds the batch an evaluation plays on: pursuit's vectorized env
+(``VecPursuitEnv``, E games as tensors, no Python loop over games or agents) where one is registered in
+``BATCHED_ENVS``, else E adapters in lockstep (``opponents.make_batch``). On a lockstep batch the episodes
+equal the sequential ones for a deterministic, batch-invariant policy; on the vectorized pursuit they
+equal the vectorized env's own one-at-a-time play and match the single game in distribution only (its
+draws are a counter-based hash, not PettingZoo's PCG64; docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -31,6 +36,33 @@ tensor out); E = 1 when episodes are played one at a time"""
 
 BatchResetFn = Callable[[int], None]
 """called with E when E episodes start together (recurrent policies size and zero their per-game state)"""
+
+
+def make_eval_batch(cfg: EnvConfig, num_games: int, seed: int | None = None,
+                    device: str = "cpu") -> BatchedMultiAgentEnv:
+    """The batch of ``num_games`` games an evaluation (or a match) plays its episodes on.
+
+    Envs with a vectorized version (``suPER.envs.BATCHED_ENVS``: pursuit) get it, on ``device``: one
+    tensor step for all games instead of E adapter steps, the env being what bounds a batched pursuit
+    evaluation. The others (MAgent: battle, adversarial pursuit) get ``opponents.make_batch``, E adapters in
+    lockstep with one opponent forward for all games.
+
+    Args:
+        cfg: env config, as for ``make_env``.
+        num_games: E >= 1.
+        seed: seeds the lockstep games' opponent generators (a vectorized env has no opponents; its games
+            are seeded by ``reset(seeds)`` only).
+        device: torch device of a vectorized env's tensors.
+
+    Returns:
+        The batch; call ``reset(seeds, games)`` before stepping (``play_episodes`` does).
+    """
+    from suPER.envs import BATCHED_ENVS, make_batched_env
+    from suPER.opponents import make_batch  # opponents imports this module
+
+    if cfg.name in BATCHED_ENVS:
+        return make_batched_env(cfg, num_games, device=device)  # type: ignore[no-any-return]
+    return make_batch(cfg, num_games, seed=seed)
 
 
 def episode_seeds(eval_seed: int, index: int, episodes: int) -> list[int]:
@@ -85,7 +117,7 @@ def _numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
-def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, seeds: Sequence[int],
+def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, seeds: Sequence[int | None],
                   on_reset: BatchResetFn | None = None) -> Episodes:
     """Play one episode per seed with the batched policy ``act``.
 
@@ -96,7 +128,8 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
     Args:
         env: the env, or a batch of E games.
         act: ``(obs_ENO, alive_EN) -> actions_EN``.
-        seeds: one seed per episode (``episode_seeds``).
+        seeds: one seed per episode (``episode_seeds``); on a ``MultiAgentEnv`` None resets without a seed
+            (the env's RNG continues: the RLlib backend's unseeded episodes).
         on_reset: called with E before each wave of E games (with 1 before each sequential episode).
 
     Returns:
@@ -107,7 +140,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
                   np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
     if not hasattr(env, "num_games"):
         for j, seed in enumerate(seeds):
-            obs_NO = env.reset(seed=int(seed))  # type: ignore[call-arg]
+            obs_NO = env.reset(seed=None if seed is None else int(seed))  # type: ignore[call-arg]
             alive_N = np.ones(n, dtype=bool)
             if on_reset is not None:
                 on_reset(1)
@@ -124,8 +157,10 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
                 obs_NO, alive_N = res.obs_NO, res.alive_N
         return ep
     e = int(env.num_games)  # type: ignore[union-attr]
+    if any(s is None for s in seeds):
+        raise ValueError("play_episodes: a batch of games plays seeded episodes only (got a None seed)")
     for start in range(0, k, e):
-        wave = [int(s) for s in seeds[start:start + e]]
+        wave = [int(s) for s in seeds[start:start + e]]  # type: ignore[arg-type]
         w = len(wave)
         obs_ENO = env.reset(wave, games=list(range(w)))  # type: ignore[call-arg]
         alive_EN = np.zeros((e, n), dtype=bool)
@@ -135,7 +170,9 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
         if on_reset is not None:
             on_reset(e)
         while playing_W.any():
-            res = env.step(act(obs_ENO, alive_EN))
+            acts = act(obs_ENO, alive_EN)
+            # [E, N] for every batch (a lockstep batch used to accept a flat [E * N] row too)
+            res = env.step(acts.reshape(e, n) if hasattr(acts, "reshape") else np.asarray(acts).reshape(e, n))
             reward_WN = _numpy(res.reward_EN)[:w]
             over_W = _numpy(res.episode_over_E)[:w].astype(bool)
             counted_WN = alive_EN[:w] & playing_W[:, None]
@@ -190,8 +227,9 @@ class EvalResult:
 def random_team_return(env_cfg: EnvConfig, episodes: int = 20, seed: int = 12345) -> float:
     """Team return of a uniformly random policy on a seeded game: the bar the learning checks must clear.
 
-    The game itself is seeded by the first ``reset(seed)`` (``make_env``'s seed only seeds opponents),
-    so the baseline is the same number on every call.
+    The game is seeded by one ``reset(seed)`` (``make_env``'s seed only seeds opponents) and the episodes
+    continue its RNG, with actions from ``default_rng(0)``, so the baseline is the same number on every call
+    (and the number this function gave before it moved onto ``play_episodes``).
     """
     from suPER.envs import make_env
 
@@ -199,46 +237,26 @@ def random_team_return(env_cfg: EnvConfig, episodes: int = 20, seed: int = 12345
     try:
         env.reset(seed=seed)
         rng = np.random.default_rng(0)
-        return evaluate(env, lambda obs, alive: rng.integers(0, env.spec.n_actions, len(obs)), episodes).team_return_mean
+        n, n_actions = env.spec.n_agents, env.spec.n_actions
+        return play_episodes(env, lambda obs, alive: rng.integers(0, n_actions, (len(obs), n)),
+                             [None] * episodes).summary().team_return_mean
     finally:
         env.close()
 
 
 def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int,
              on_reset: Callable[[], None] | None = None) -> EvalResult:
-    """Run ``episodes`` complete episodes with ``act`` and summarise the returns (unseeded episodes).
+    """Unseeded sequential episodes, kept only for the RLlib backend (``core/rllib_runner.py``).
 
-    The env is reset without a seed each time: it was seeded once by the caller, and its RNG
-    continues across evaluations (as the original's evaluation worker did). The RLlib backend and
-    ``random_team_return`` use this; the native trainers evaluate seeded episodes with
-    ``evaluate_episodes``.
+    A thin alias of ``play_episodes``'s sequential path: the env is reset without a seed each time (it was
+    seeded once by the caller and its RNG continues across evaluations, as the original's evaluation
+    worker did). New code plays seeded episodes with ``evaluate_episodes``.
 
     Args:
         env: the evaluation env.
-        act: greedy policy of the learning team.
+        act: greedy policy of the learning team, ``(obs_NO, alive_N) -> actions_N``.
         episodes: number of complete episodes.
         on_reset: called at the start of every episode (recurrent policies clear their hidden state).
     """
-    n = env.spec.n_agents
-    returns_EN = np.zeros((max(episodes, 1), n))
-    all_agent = np.zeros(max(episodes, 1))
-    lengths = np.zeros(max(episodes, 1))
-    for e in range(episodes):
-        obs_NO = env.reset()
-        alive_N = np.ones(n, dtype=bool)
-        if on_reset is not None:
-            on_reset()
-        while True:
-            res = env.step(act(obs_NO, alive_N))
-            returns_EN[e] += np.where(alive_N, res.reward_N, 0.0)
-            all_agent[e] += res.info.get("all_agent_reward", float(res.reward_N.sum()))
-            lengths[e] += 1
-            if res.episode_over:
-                break
-            obs_NO, alive_N = res.obs_NO, res.alive_N
-    if episodes == 0:
-        nan = float("nan")
-        return EvalResult(nan, nan, nan, nan, np.full(n, np.nan), 0)
-    team = returns_EN.sum(axis=1)
-    return EvalResult(float(team.mean()), float(team.std()), float(all_agent.mean()), float(lengths.mean()),
-                      returns_EN.mean(axis=0), episodes)
+    return play_episodes(env, lambda obs_1NO, alive_1N: act(obs_1NO[0], alive_1N[0]), [None] * episodes,
+                         None if on_reset is None else lambda e: on_reset()).summary()

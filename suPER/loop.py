@@ -23,7 +23,8 @@ MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
 Evaluation happens at exact multiples of ``ExperimentConfig.eval_interval`` env steps (env steps summed
 over parallel envs), on separate envs with greedy actions (``suPER.evaluation.evaluate_episodes``): the
 K episodes of evaluation i are seeded ``episode_seeds(eval_seed, i, K)`` and played as batches of
-``run.eval_batch`` games in lockstep (one batched policy call per step; 0 = one at a time), and
+``run.eval_batch`` games (``evaluation.make_eval_batch``: one batched policy call per step; 0 = one at a
+time), and
 writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
 time excluded), ``wall_time_s`` and whatever the trainer adds.
@@ -52,8 +53,8 @@ import torch
 from suPER.config import ExperimentConfig, without_volatile
 from suPER.envs import MultiAgentEnv
 from suPER.envs.base import BatchedMultiAgentEnv
-from suPER.evaluation import BatchActFn, BatchResetFn, episode_seeds, evaluate_episodes
-from suPER.opponents import make_batch, make_env
+from suPER.evaluation import BatchActFn, BatchResetFn, episode_seeds, evaluate_episodes, make_eval_batch
+from suPER.opponents import make_env
 from suPER.runs import (
     CSVMetrics,
     Logger,
@@ -194,8 +195,9 @@ class RunLoop:
         cfg: the run's config.
         device: torch device for the trainer's networks (``run.device`` resolved).
         envs: the training envs (``num_envs`` of them, seeded ``seed + seed_offset + i * ENV_SEED_STRIDE``).
-        eval_env: the evaluation env: a ``LockstepBatch`` of ``min(run.eval_batch, run.eval_episodes)`` games,
-            or one env when ``run.eval_batch`` is 0; every episode is reset with its own seed.
+        eval_env: the evaluation env: a batch of ``min(run.eval_batch, run.eval_episodes)`` games
+            (``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
+            when ``run.eval_batch`` is 0; every episode is reset with its own seed.
         eval_seed: the run's evaluation seed (``seed + env.seed_offset + env.eval_seed_offset``).
         spec: the learning team's ``EnvSpec``.
         env_steps: env steps taken so far, summed over the training envs.
@@ -219,7 +221,7 @@ class RunLoop:
         self.eval_seed = self._train_seed + cfg.env.eval_seed_offset
         games = min(run.eval_batch, run.eval_episodes)
         self.eval_env: MultiAgentEnv | BatchedMultiAgentEnv = (
-            make_batch(cfg.env, games, seed=self.eval_seed) if games > 0 else make_env(cfg.env, seed=self.eval_seed))
+            make_eval_batch(cfg.env, games, seed=self.eval_seed) if games > 0 else make_env(cfg.env, seed=self.eval_seed))
         self.spec = self.envs[0].spec
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"

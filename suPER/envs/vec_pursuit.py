@@ -11,10 +11,12 @@ constructor setting our YAML can set, for the same state and the same random dra
 * Pursuers move "sequentially" within a cycle, but a move depends only on the mover's own cell and
   the static map (agents never block each other), so all N moves are computed at once. What *is*
   sequential is the reward: after pursuer i's sub-step, PettingZoo computes every pursuer's tag
-  reward with pursuers 0..i already moved and i+1.. not yet. We loop over the N sub-steps (N is a
-  small constant) and rebuild exactly that float64 vector each time, in PettingZoo's operation order
+  reward with pursuers 0..i already moved and i+1.. not yet. We build all N sub-step vectors at once
+  as an [E, N, N] tensor (row i: counts after the move for pursuers 0..i, before it for the others),
+  each element with PettingZoo's operation order
   (``tag * count / N``; on the last sub-step ``+ catch * surrounded`` then ``+ urgency``; then the
-  ``local_ratio`` mix), and sum the N vectors in order as ``aec_to_parallel_wrapper`` does. Same
+  ``local_ratio`` mix), and sum the N rows in order, as ``aec_to_parallel_wrapper`` does, with one
+  cumulative sum over the row axis (a sequential scan from 0 for a non-innermost axis). Same
   IEEE operations in the same order give bit-identical float64 sums; they are cast to float32 once.
 * Tag reward counts evaders in the 4 neighbour cells *clipped to the map* (an edge pursuer counts
   its own cell for the missing neighbour), as ``Pursuit.reward`` does.
@@ -259,6 +261,8 @@ class VecPursuitEnv:
         self._obs_ENO = torch.zeros(e, n, r, r, 3, dtype=torch.float32, device=dev)
         self._minus_plus_E2N = torch.cat([torch.full((e, n), -1.0, device=dev), torch.ones(e, n, device=dev)], 1)
         self._mark_EF = torch.zeros(e, self._f, dtype=torch.uint8, device=dev)
+        # [i, j]: pursuer j has moved by the end of sub-step i (j <= i)
+        self._moved_IN = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
 
     # ------------------------------------------------------------------------------------------
 
@@ -398,19 +402,19 @@ class VecPursuitEnv:
         mark_EF = self._mark_EF.zero_().scatter_(1, mark_EK, 1)
         sur_EN = torch.gather(mark_EF, 1, p1_EN) > 0
 
-        # rewards: the N sub-step vectors of PettingZoo, summed in order (see module docstring)
-        acc_EN = torch.zeros(e, n, dtype=torch.float64, device=dev)
-        for i in range(n):
-            cnt_EN = torch.cat([c1_EN[:, :i + 1], c0_EN[:, i + 1:]], dim=1)
-            lrs_EN = self.tag_reward * cnt_EN / n
-            if i == n - 1:
-                lrs_EN = lrs_EN + self.catch_reward * sur_EN.to(torch.float64)
-                lrs_EN = lrs_EN + self.urgency_reward
-            # local_ratio is 1 or 0 (shared_reward): 1*x + 0*mean == x and 0*x + 1*mean == mean exactly
-            if self.local_ratio != 1.0:
-                mean_E = _pairwise_sum(lrs_EN) / n
-                lrs_EN = self.local_ratio * lrs_EN + (1 - self.local_ratio) * mean_E[:, None]
-            acc_EN = acc_EN + lrs_EN
+        # rewards: the N sub-step vectors of PettingZoo at once, row i = after pursuer i's sub-step (pursuers
+        # 0..i moved); then summed over i in order (see module docstring)
+        cnt_EIN = torch.where(self._moved_IN, c1_EN[:, None, :], c0_EN[:, None, :])
+        lrs_EIN = self.tag_reward * cnt_EIN / n
+        last_EN = lrs_EIN[:, n - 1] + self.catch_reward * sur_EN.to(torch.float64)
+        lrs_EIN[:, n - 1] = last_EN + self.urgency_reward
+        # local_ratio is 1 or 0 (shared_reward): 1*x + 0*mean == x and 0*x + 1*mean == mean exactly
+        if self.local_ratio != 1.0:
+            mean_EI = _pairwise_sum(lrs_EIN) / n
+            lrs_EIN = self.local_ratio * lrs_EIN + (1 - self.local_ratio) * mean_EI[..., None]
+        # a scan over a non-innermost axis is a sequential loop from 0 on CPU and CUDA alike:
+        # ((0 + r_0) + r_1) + ... bit for bit, as the wrapper's running sum
+        acc_EN = torch.cumsum(lrs_EIN, dim=1)[:, n - 1]
         acc_EN = torch.where(active_E[:, None], acc_EN, 0.0)
 
         # evaders: caught ones leave, the others move; channel 2 by -1 (old cell) / +1 (new cell)
