@@ -30,6 +30,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "selfplay.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.cli", "ray", "wandb"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
     "campaigns": ("suPER.models", "suPER.replay", "suPER.core.relay", "suPER.envs", "suPER.cli"),
+    "seeds.py": ("suPER.", "numpy", "torch", "ray", "wandb"),  # constants only: relay.py imports it
+    "stats.py": ("suPER.", "torch", "ray", "wandb"),  # a pure leaf: plotting, analysis and opponents use it
+    "native/dqn_loss.py": ("suPER.", "numpy", "ray", "wandb"),  # pure tensor functions (packed runs reuse them)
     "plotting.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.cli", "ray",
                     "torch"),
 }

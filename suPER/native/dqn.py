@@ -42,11 +42,8 @@ from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.native.dqn_loss import priorities, q_of_actions, td_target, weighted_loss
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
-from suPER.runs import (
-    Logger,
-    RunFolder,
-    Summary,
-)
+from suPER.runs import Logger, RunFolder, Summary
+from suPER.seeds import EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
 
 
 def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
@@ -67,7 +64,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     loop = RunLoop(cfg, folder, logger, progress)
     device, seed, spec, timer = loop.device, run.seed, loop.spec, loop.timer
     env = loop.envs[0]
-    rng = np.random.default_rng(seed)  # exploration draws
+    rng = np.random.default_rng(seed + EXPLORATION_SEED_OFFSET)  # exploration draws
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d.parameter_sharing else n_agents
     policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d.parameter_sharing else np.arange(n_agents)
@@ -79,7 +76,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
     # (compact layout: next_obs linked to the same agent's next row, streams = agents; identical samples)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
               if run.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype,
                                                                    **per_kwargs))
