@@ -76,7 +76,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
     # (compact layout: next_obs linked to the same agent's next row, streams = agents; identical samples)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps,
+                      rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
               if run.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype,
                                                                    **per_kwargs))
