@@ -48,6 +48,7 @@ from suPER.runs import Logger, RunFolder, Summary
 if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training
     from suPER.loop import ProgressFn, RunRecord
 
+
 def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
     """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
 
