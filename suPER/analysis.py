@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from suPER import plotting
-from suPER.plotting import RunCurve, bootstrap_ci, iqm
+from suPER.plotting import RunCurve, iqm
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
+from suPER.stats import bootstrap_ci
 
 CLAIMS = (
     ("SUPER-quantile - no sharing", "{algo}_super_quantile", "{algo}"),

@@ -967,16 +967,14 @@ def opponents_eval(
     threads: Annotated[int, typer.Option(help="torch threads")] = 1,
 ) -> None:
     """Play a team against an opponent for N episodes: mean returns and win rate with 95% CIs."""
-    import torch
-
     from suPER import opponents as O
+    from suPER.loop import set_threads
 
     if env not in O.OPPONENT_ENVS:
         raise UserError(f"--env: expected one of {', '.join(O.OPPONENT_ENVS)}, got {env!r}")
     if episodes < 1:
         raise UserError(f"--episodes: expected an integer >= 1, got {episodes}")
-    if threads > 0:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
                                         "env.opponent_allow_pickle": allow_pickle})
     e = O.make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)

@@ -1,8 +1,9 @@
 """What every native trainer shares around its update rule: envs, evaluation schedule, metrics rows,
 checkpoints, resume and the run summary.
 
-A trainer owns its networks, buffers and loss; ``RunLoop`` owns the rest, so the baselines (SEAC,
-MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
+A trainer owns its networks, buffers and loss; ``RunLoop`` owns the rest (device, threads and seeds through
+``start_run``; rows, timings and throughput through ``RunRecord``, which the RLlib runner uses too), so the
+baselines (SEAC, MADDPG, QMIX) read like CleanRL scripts: build the loop, build the nets, then::
 
     loop = RunLoop(cfg, folder, logger, progress)
     state = loop.restore()                       # None for a fresh run, else what loop.save() stored
@@ -43,17 +44,24 @@ from __future__ import annotations
 import pickle
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from suPER.config import ExperimentConfig, without_volatile
+from suPER.config import ExperimentConfig, RunConfig, without_volatile
 from suPER.envs import MultiAgentEnv
 from suPER.envs.base import BatchedMultiAgentEnv
-from suPER.evaluation import BatchActFn, BatchResetFn, episode_seeds, evaluate_episodes, make_eval_batch
+from suPER.evaluation import (
+    BatchActFn,
+    BatchResetFn,
+    EvalResult,
+    episode_seeds,
+    evaluate_episodes,
+    make_eval_batch,
+)
 from suPER.opponents import make_env
 from suPER.runs import (
     CSVMetrics,
@@ -137,12 +145,44 @@ ENV_SEED_STRIDE = 1_000
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu."""
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a CUDA device is refused.
+
+    Raises:
+        ValueError: ``cuda`` asked for where there is none (the message names ``--device``).
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
     return torch.device(name)
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads (``run.threads``, ``--threads``); 0 keeps torch's default (all cores)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def env_seeds(cfg: ExperimentConfig) -> tuple[int, int]:
+    """(training env seed, evaluation env seed) of a run: ``seed + env.seed_offset`` and that plus
+    ``env.eval_seed_offset`` (both backends; training env i adds ``i * ENV_SEED_STRIDE``)."""
+    train_seed = cfg.run.seed + cfg.env.seed_offset
+    return train_seed, train_seed + cfg.env.eval_seed_offset
+
+
+def start_run(run: RunConfig) -> torch.device:
+    """What every trainer does first, native or RLlib: device, threads, then every global RNG from ``run.seed``.
+
+    Args:
+        run: the run's settings (``device``, ``threads``, ``seed``).
+
+    Returns:
+        the torch device for the networks (``run.device`` resolved).
+    """
+    device = resolve_device(run.device)
+    set_threads(run.threads)
+    seed_everything(run.seed)
+    return device
 
 
 class Timer:
@@ -162,6 +202,84 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.total[self._phase] = self.total.get(self._phase, 0.0) + time.perf_counter() - self._t0
+
+
+THROUGHPUT_EXCLUDED = ("eval", "checkpoint", "startup")
+"""Timer phases that ``env_steps_per_sec`` leaves out: evaluation, checkpoints, and (RLlib) Ray's start and the
+algorithm build."""
+
+
+class RunRecord:
+    """metrics.csv rows, phase timings, throughput, wall time and progress reports of one run.
+
+    ``RunLoop`` records through it, and so does the RLlib runner (``suPER.core.rllib_runner``), so both
+    backends write the same columns in the same order with the same throughput rule.
+
+    Attributes:
+        t_start: ``perf_counter`` at the run's start (moved back by a resumed run's elapsed time).
+        timer: wall time per phase.
+        metrics: the run folder's metrics.csv.
+        last_eval: the latest metrics row.
+    """
+
+    def __init__(self, folder: RunFolder, logger: Logger | None = None, progress: ProgressFn | None = None) -> None:
+        self.folder, self.logger, self.progress = folder, logger or NoLogger(), progress
+        self.t_start = time.perf_counter()
+        self.timer = Timer()
+        self.metrics = CSVMetrics(folder.metrics)
+        self.last_eval: dict[str, Any] = {}
+
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.perf_counter() - self.t_start
+
+    def overhead(self) -> float:
+        """Seconds in the phases ``THROUGHPUT_EXCLUDED`` (not training)."""
+        return sum(self.timer.total.get(phase, 0.0) for phase in THROUGHPUT_EXCLUDED)
+
+    def throughput(self, env_steps: int, elapsed: float) -> float:
+        """Training env steps per second: ``env_steps / (elapsed - overhead)``."""
+        return env_steps / max(elapsed - self.overhead(), 1e-9)
+
+    def row(self, env_steps: int, result: EvalResult, learner_ids: Sequence[str], train_return: float,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Append one metrics.csv row and log it (namespaced, with the timings).
+
+        Columns, in order: ``env_steps``, ``EvalResult.as_row``, ``train_return_mean``, the trainer's
+        ``extra`` columns, ``env_steps_per_sec``, ``wall_time_s``.
+
+        Args:
+            env_steps: env steps taken so far.
+            result: the evaluation's statistics.
+            learner_ids: the learning team's agent ids (per-agent return columns).
+            train_return: mean team return of recent training episodes (NaN before the first one).
+            extra: trainer columns (loss, epsilon, relay statistics, ...).
+
+        Returns:
+            The row written.
+        """
+        elapsed = self.elapsed()
+        row: dict[str, Any] = {"env_steps": env_steps, **result.as_row(learner_ids)}
+        row["train_return_mean"] = train_return
+        row.update(extra or {})
+        row["env_steps_per_sec"] = self.throughput(env_steps, elapsed)
+        row["wall_time_s"] = elapsed
+        self.metrics.append(row)
+        self.logger.log(namespaced_metrics(row, self.timer.total), step=env_steps)
+        self.last_eval = row
+        return row
+
+    def report_progress(self, env_steps: int, train_return: float) -> None:
+        """Tell the progress callback (the CLI's bar) where the run is."""
+        if self.progress is not None:
+            self.progress(env_steps, {"team_return": self.last_eval.get("team_return_mean", float("nan")),
+                                      "train_return": train_return})
+
+    def summary(self, env_steps: int) -> Summary:
+        """The run's ``Summary``: final greedy return, training throughput, wall time, timings."""
+        wall = self.elapsed()
+        return Summary(self.folder.path, env_steps, float(self.last_eval["team_return_mean"]),
+                       self.throughput(env_steps, wall), wall, dict(self.timer.total))
 
 
 def to_torch(obj: Any) -> Any:
@@ -208,30 +326,24 @@ class RunLoop:
     def __init__(self, cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
                  progress: ProgressFn | None = None, num_envs: int = 1) -> None:
         run = cfg.run
-        self.cfg, self.folder, self.logger, self.progress = cfg, folder, logger or NoLogger(), progress
-        self.device = resolve_device(run.device)
-        if run.threads > 0:
-            torch.set_num_threads(run.threads)
+        self.cfg, self.folder = cfg, folder
+        self.device = start_run(run)
         self.seed = run.seed
-        seed_everything(self.seed)
-        self.t_start = time.perf_counter()
-        self._train_seed = self.seed + cfg.env.seed_offset
+        self.record = RunRecord(folder, logger, progress)
+        self.timer, self.metrics = self.record.timer, self.record.metrics
+        self._train_seed, self.eval_seed = env_seeds(cfg)
         self.envs: list[MultiAgentEnv] = [make_env(cfg.env, seed=self._train_seed + i * ENV_SEED_STRIDE)
                                           for i in range(num_envs)]
-        self.eval_seed = self._train_seed + cfg.env.eval_seed_offset
         games = min(run.eval_batch, run.eval_episodes)
         self.eval_env: MultiAgentEnv | BatchedMultiAgentEnv = (
             make_eval_batch(cfg.env, games, seed=self.eval_seed) if games > 0 else make_env(cfg.env, seed=self.eval_seed))
         self.spec = self.envs[0].spec
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"
-        self.metrics = CSVMetrics(folder.metrics)
         self.eval_every = cfg.eval_interval
         self.env_steps = 0
         self.next_eval = self.eval_every
-        self.timer = Timer()
         self.train_returns: deque[float] = deque(maxlen=20)
-        self.last_eval: dict[str, Any] = {}
         self.checkpoint_due = False
         self._resumed = False
 
@@ -258,9 +370,14 @@ class RunLoop:
 
     # ---- evaluation and logging
 
-    def overhead(self) -> float:
-        """Seconds spent evaluating and checkpointing (excluded from the training throughput)."""
-        return self.timer.total.get("eval", 0.0) + self.timer.total.get("checkpoint", 0.0)
+    @property
+    def last_eval(self) -> dict[str, Any]:
+        """The latest metrics row."""
+        return self.record.last_eval
+
+    def train_return(self) -> float:
+        """Mean team return of the last 20 training episodes (NaN before the first)."""
+        return float(np.mean(self.train_returns)) if self.train_returns else float("nan")
 
     def evaluate(self, act: BatchActFn, extra: dict[str, Any] | None = None,
                  on_reset: BatchResetFn | None = None) -> dict[str, Any]:
@@ -280,26 +397,15 @@ class RunLoop:
         with self.timer("eval"):
             seeds = episode_seeds(self.eval_seed, len(self.metrics.rows), self.cfg.run.eval_episodes)
             res = evaluate_episodes(self.eval_env, act, seeds, on_reset)
-        elapsed = time.perf_counter() - self.t_start
-        row: dict[str, Any] = {"env_steps": self.env_steps, **res.as_row(self.spec.learner_ids)}
-        row["train_return_mean"] = float(np.mean(self.train_returns)) if self.train_returns else float("nan")
-        row.update(extra or {})
-        row["env_steps_per_sec"] = self.env_steps / max(elapsed - self.overhead(), 1e-9)
-        row["wall_time_s"] = elapsed
-        self.metrics.append(row)
-        self.logger.log(namespaced_metrics(row, self.timer.total), step=self.env_steps)
+        row = self.record.row(self.env_steps, res, self.spec.learner_ids, self.train_return(), extra)
         while self.next_eval <= self.env_steps:
             self.next_eval += self.eval_every
-        self.last_eval = row
         self.checkpoint_due = True
         return row
 
     def report_progress(self) -> None:
         """Tell the progress callback (the CLI's bar) where the run is."""
-        if self.progress is not None:
-            self.progress(self.env_steps, {
-                "team_return": self.last_eval.get("team_return_mean", float("nan")),
-                "train_return": float(np.mean(self.train_returns)) if self.train_returns else float("nan")})
+        self.record.report_progress(self.env_steps, self.train_return())
 
     # ---- checkpoints
 
@@ -310,7 +416,7 @@ class RunLoop:
             "version": LOOP_CHECKPOINT_VERSION, "config": self.cfg.to_dict(),
             "loop": {"env_steps": self.env_steps, "next_eval": self.next_eval, "train_returns": list(self.train_returns),
                      "last_eval": self.last_eval, "timings": dict(self.timer.total),
-                     "elapsed_s": time.perf_counter() - self.t_start, "torch_rng": torch.get_rng_state()},
+                     "elapsed_s": self.record.elapsed(), "torch_rng": torch.get_rng_state()},
             "metrics": self.metrics.record(),  # metrics.csv up to here: a resume restores it exactly
             "trainer": trainer_state,
         }
@@ -332,9 +438,9 @@ class RunLoop:
         loop = raw["loop"]
         self.env_steps, self.next_eval = int(loop["env_steps"]), int(loop["next_eval"])
         self.train_returns.extend(float(x) for x in loop["train_returns"])
-        self.last_eval = dict(loop["last_eval"])
+        self.record.last_eval = dict(loop["last_eval"])
         self.timer.total.update(loop["timings"])
-        self.t_start -= float(loop["elapsed_s"])
+        self.record.t_start -= float(loop["elapsed_s"])
         torch.set_rng_state(loop["torch_rng"])
         if raw.get("metrics") is not None:
             self.metrics.restore(raw["metrics"])  # exactly the rows up to the checkpoint
@@ -359,7 +465,5 @@ class RunLoop:
         atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch_save(to_torch(state), p))
         for env in [*self.envs, self.eval_env]:
             env.close()
-        wall = time.perf_counter() - self.t_start
-        return Summary(self.folder.path, self.env_steps, float(self.last_eval["team_return_mean"]),
-                       self.env_steps / max(wall - self.overhead(), 1e-9), wall, dict(self.timer.total))
+        return self.record.summary(self.env_steps)
 

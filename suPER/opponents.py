@@ -47,6 +47,7 @@ from suPER.evaluation import BatchActFn, episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 from suPER.models.qnet import ReferenceQNet, batched_from_reference
 from suPER.runs import atomic_write_bytes
+from suPER.stats import bootstrap_ci
 
 FORMAT = "super-marl-team"
 FORMAT_VERSION = "1"
@@ -430,9 +431,9 @@ class MatchResult:
         wins, losses = int((self.outcome_K > 0).sum()), int((self.outcome_K < 0).sum())
         return {
             "episodes": k,
-            "team_return": float(self.team_return_K.mean()), "team_return_ci": bootstrap_ci(self.team_return_K, seed),
+            "team_return": float(self.team_return_K.mean()), "team_return_ci": mean_ci(self.team_return_K, seed),
             "opponent_return": float(self.opponent_return_K.mean()),
-            "opponent_return_ci": bootstrap_ci(self.opponent_return_K, seed),
+            "opponent_return_ci": mean_ci(self.opponent_return_K, seed),
             "win_rate": wins / k, "win_rate_ci": wilson(wins, k),
             "loss_rate": losses / k, "loss_rate_ci": wilson(losses, k),
             "tie_rate": (k - wins - losses) / k, "episode_len": float(self.length_K.mean()),
@@ -487,16 +488,14 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def bootstrap_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean (``scipy.stats.bootstrap``, 2000 resamples, seeded)."""
+def mean_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of the mean (``suPER.stats.bootstrap_ci``, 2000 resamples, seeded); a sample
+    of one episode or of equal values has the point itself as its interval."""
     x = np.asarray(x, dtype=float)
     if len(x) < 2 or np.all(x == x[0]):
         return (float(x.mean()), float(x.mean())) if len(x) else (float("nan"), float("nan"))
-    from scipy.stats import bootstrap
-
-    res = bootstrap((x,), np.mean, n_resamples=2000, confidence_level=0.95, method="percentile",
-                    random_state=np.random.default_rng(seed))
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+    low, high = bootstrap_ci(x, np.mean, n_resamples=2000, seed=seed, confidence=0.95)
+    return float(low), float(high)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from suPER import config as C
-from suPER.loop import RunLoop
+from suPER.evaluation import EvalResult
+from suPER.loop import RunLoop, RunRecord
 from suPER.runs import RunFolder, read_metrics
 
 TINY = {"env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
@@ -74,3 +78,22 @@ def test_resume_refuses_another_configuration(tmp_path):
                                                   "seac.lr": 1e-3})
     with pytest.raises(ValueError, match="different configuration"):
         RunLoop(cfg, folder).restore()
+
+
+def test_run_record_rows_and_throughput_leave_out_eval_checkpoint_and_startup(tmp_path: Path) -> None:
+    """The recording both backends share: column order, and env_steps_per_sec over training time only."""
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    record = RunRecord(folder)
+    record.timer.total.update({"startup": 100.0, "eval": 50.0, "checkpoint": 25.0, "learn": 1.0})
+    record.t_start -= 200.0  # 200 s ago: 25 s of training time
+    result = EvalResult(-3.0, 0.5, -1.5, 20.0, np.array([-1.0, -2.0]), 1)
+    row = record.row(500, result, ["a", "b"], float("nan"), {"loss": 0.25})
+    assert list(row) == ["env_steps", "team_return_mean", "team_return_std", "all_agent_return_mean",
+                         "episode_len_mean", "return_a", "return_b", "train_return_mean", "loss",
+                         "env_steps_per_sec", "wall_time_s"]
+    assert 200.0 <= row["wall_time_s"] < 210.0
+    assert row["env_steps_per_sec"] == pytest.approx(500 / (row["wall_time_s"] - 175.0))
+    assert read_metrics(folder.metrics)["loss"].tolist() == [0.25]
+    summary = record.summary(500)
+    assert summary.final_team_return == -3.0 and summary.env_steps_per_sec == pytest.approx(20.0, rel=0.5)

@@ -57,6 +57,7 @@ from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedMLP, clip_grad_norm_per_policy
 from suPER.replay import UniformReplay
 from suPER.runs import Logger, RunFolder, Summary
+from suPER.seeds import EVAL_DRAWS_SEED_OFFSET, EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
 
 
 def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
@@ -90,10 +91,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     buffer = UniformReplay(m.buffer_size, {
         "obs": ((N, OBS), spec.obs_dtype), "next_obs": ((N, OBS), spec.obs_dtype), "action": ((N,), np.int64),
         "reward": ((N,), np.float32), "done": ((N,), np.float32), "alive": ((N,), bool),
-        "next_alive": ((N,), bool)}, rng=np.random.default_rng(cfg.run.seed + 1))
+        "next_alive": ((N,), bool)}, rng=np.random.default_rng(cfg.run.seed + REPLAY_SEED_OFFSET))
 
-    rng = np.random.default_rng(cfg.run.seed)  # epsilon-greedy exploration draws
-    eval_rng = np.random.default_rng(cfg.run.seed + 3)  # evaluation draws never touch training randomness
+    rng = np.random.default_rng(cfg.run.seed + EXPLORATION_SEED_OFFSET)  # epsilon-greedy exploration draws
+    eval_rng = np.random.default_rng(cfg.run.seed + EVAL_DRAWS_SEED_OFFSET)  # evaluation draws never touch training randomness
 
     @torch.no_grad()
     def greedy(obs_ENO: np.ndarray, alive_EN: np.ndarray | None = None) -> np.ndarray:

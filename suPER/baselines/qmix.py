@@ -45,6 +45,7 @@ from suPER.config import ExperimentConfig
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.replay import UniformReplay
 from suPER.runs import Logger, RunFolder, Summary
+from suPER.seeds import EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
 
 
 class RNNAgent(nn.Module):
@@ -122,7 +123,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     N, A = spec.n_agents, spec.n_actions
     OBS = int(np.prod(spec.obs_shape))
     T = cfg.env.horizon  # longest possible episode (max_cycles may end it earlier)
-    rng = np.random.default_rng(cfg.run.seed)  # exploration draws
+    rng = np.random.default_rng(cfg.run.seed + EXPLORATION_SEED_OFFSET)  # exploration draws
 
     # ---- networks: one shared recurrent agent net, the mixer, and their targets
     agent = RNNAgent(OBS, q.rnn_hidden, A).to(device)
@@ -136,7 +137,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     buffer = UniformReplay(q.buffer_episodes, {
         "obs": ((T + 1, N, OBS), spec.obs_dtype), "action": ((T, N), np.int64), "reward": ((T,), np.float32),
         "terminal": ((T,), np.float32), "alive": ((T + 1, N), bool), "length": ((), np.int64)},
-        rng=np.random.default_rng(cfg.run.seed + 1))
+        rng=np.random.default_rng(cfg.run.seed + REPLAY_SEED_OFFSET))
     episode = {k: np.zeros_like(v[0]) for k, v in buffer.data.items()}  # the episode being collected
 
     eval_h = [torch.zeros(1, N, q.rnn_hidden, device=device)]  # [1, E*N, H]: game e's learners at e*N..

@@ -12,6 +12,7 @@ import yaml
 
 from suPER import config as C
 from suPER.campaigns.grid import Grid, GridError, GridRun
+from suPER.campaigns.resources import run_resources
 
 # --------------------------------------------------------------------------------------------------
 # cluster: Ray Job Submission (one job per run, or one job per grid)
@@ -146,10 +147,11 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
     wb = ["--wandb", "--wandb-mode", "online", "--wandb-project", wandb_project, "--wandb-group", grid.name] \
         if wandb else []
     if per == "run":
+        threads, device = run_resources(cpus, gpus)
         jobs = []
         for r in todo:
             args = ["python", "-m", "suPER.cli", "train", *r.cli_args(), "--no-progress", "--skip-finished",
-                    "--threads", str(max(1, int(cpus))), *(["--device", "cuda"] if gpus > 0 else []), *wb]
+                    "--threads", str(threads), "--device", device, *wb]
             jobs.append(Job(f"{grid.name}-{r.run_name}-{stamp}", f"{shlex.join(args)} --out {_out_arg(out)}",
                             cpus, gpus, [r.run_name]))
         return jobs

@@ -13,6 +13,7 @@ from typing import Any
 from suPER import config as C
 from suPER.campaigns.execute import execute, first_difference
 from suPER.campaigns.grid import Grid, GridRun
+from suPER.campaigns.resources import run_resources
 
 # --------------------------------------------------------------------------------------------------
 # many runs: Ray Tune, one trial per run
@@ -174,9 +175,9 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
     from ray import tune
 
     with ray_session(address) as where:
-        threads = max(1, int(cpus_per_trial))
+        threads, device = run_resources(cpus_per_trial, gpus_per_trial)
         param = {"run": tune.grid_search([r.as_dict() for r in plan.todo]), "out": str(out), "threads": threads,
-                 "device": "cuda" if gpus_per_trial > 0 else "cpu", "grid": grid.name, "report_every_s": 2.0,
+                 "device": device, "grid": grid.name, "report_every_s": 2.0,
                  "run_fields": dict(run_fields or {})}
         table = _live_table(console, [r.run_name for r in plan.todo], where)
 

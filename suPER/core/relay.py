@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from suPER import seeds
 from suPER.core.selection import SELECTION_RULES, mode_names
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
 MODES = mode_names()
 """Selection rules (the names registered in ``suPER.core.selection.SELECTION_RULES``)."""
 
-RELAY_SEED_OFFSET = 2
-"""The relay's generator is seeded with the run seed + this, on every backend."""
+RELAY_SEED_OFFSET = seeds.RELAY_SEED_OFFSET
+"""The relay's generator is seeded with the run seed + this, on every backend (``suPER.seeds``)."""
 
 SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
 """Envs whose original config used worker-side prioritization (only matters for legacy priorities);

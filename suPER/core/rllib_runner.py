@@ -24,7 +24,10 @@ Mapping of the config (differences from the native trainer in brackets):
   grad-norm clip per module.
 - epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
 - one RLlib iteration = ``cfg.eval_interval`` env steps, then a greedy evaluation with
-  ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it.
+  ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it
+  [native: each evaluation's episodes seeded by ``episode_seeds``; here ``evaluate``'s unseeded episodes].
+- device, threads, seeds (``suPER.loop.start_run``, ``env_seeds``) and the metrics rows, timings and
+  throughput (``suPER.loop.RunRecord``) are the native ``RunLoop``'s code.
 """
 
 from __future__ import annotations
@@ -32,9 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,17 +43,10 @@ from suPER.config import EnvConfig, ExperimentConfig
 from suPER.core.selection import SELECTION_RULES
 from suPER.evaluation import evaluate
 from suPER.opponents import make_env
-from suPER.runs import (  # same Summary and W&B key names as the native backend
-    CSVMetrics,
-    Logger,
-    NoLogger,
-    RunFolder,
-    Summary,
-    namespaced_metrics,
-    seed_everything,
-)
+from suPER.runs import Logger, RunFolder, Summary
 
-ProgressFn = Callable[[int, dict[str, float]], None]
+if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training
+    from suPER.loop import ProgressFn, RunRecord
 
 
 def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
@@ -163,12 +157,13 @@ def build_config(cfg: ExperimentConfig) -> Any:
     from suPER.core.rllib_buffer import BUFFER_PATH
     from suPER.core.rllib_model import PaperDQNTorchRLModule
     from suPER.core.trainers import suPERDQNConfig
+    from suPER.loop import env_seeds, resolve_device
 
     d, rc, run = cfg.dqn, cfg.relay, cfg.run
     probe = make_env(cfg.env)
     spec = probe.spec
     probe.close()
-    env_seed = run.seed + cfg.env.seed_offset
+    env_seed, _ = env_seeds(cfg)
     model = paper_model_config(d.model, d.hiddens, tuple(spec.obs_shape))
     if d.parameter_sharing:
         team = spec.team
@@ -178,7 +173,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
         from suPER.core.trainers import module_per_agent
 
         policies, mapping, batch = set(spec.learner_ids), module_per_agent, d.batch_size
-    gpu = run.device == "cuda" or (run.device == "auto" and _cuda_available())
+    gpu = resolve_device(run.device).type == "cuda"
     config = (
         suPERDQNConfig()
         .environment(_rllib_env_class(), env_config={"env": dataclasses.asdict(cfg.env), "seed": env_seed,
@@ -218,16 +213,13 @@ class _SharedModule:
         return self.module_id
 
 
-def _cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
                 progress: ProgressFn | None = None) -> Summary:
     """Train with ``suPERDQN`` on RLlib and record the run like the native trainer.
 
+    Device, threads and seeds are set by ``suPER.loop.start_run`` and the run is recorded through
+    ``suPER.loop.RunRecord``: the same code, columns and throughput rule as the native ``RunLoop``
+    (Ray's start and the algorithm build are the ``startup`` phase, left out of the throughput).
     Starts a local Ray instance bound to 127.0.0.1 (token auth off unless RAY_AUTH_MODE says
     otherwise) when none is running, and shuts it down at the end.
 
@@ -242,36 +234,33 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
     """
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
-    import torch
 
-    logger = logger or NoLogger()
-    run = cfg.run
-    if run.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
-    if run.threads > 0:
-        torch.set_num_threads(run.threads)
-    seed_everything(run.seed)
-    t_start = time.perf_counter()
+    from suPER.loop import RunRecord, env_seeds, start_run
+
+    start_run(cfg.run)
+    record = RunRecord(folder, logger, progress)
     # alone (not inside a grid run's Ray): the same embedded Ray as `grid run`, token auth on and stopped
     # with the driver, SIGKILL included (suPER.campaigns.embedded_ray: why not a plain ray.init)
     from suPER.campaigns import embedded_ray
 
-    own_ray = None if ray.is_initialized() else embedded_ray.start(num_cpus=1)
-    algo = None
-    eval_env = make_env(cfg.env, seed=run.seed + cfg.env.seed_offset + cfg.env.eval_seed_offset)
+    own_ray = eval_env = algo = None
     try:
-        algo = build_config(cfg).build_algo()
-        return _train_loop(cfg, folder, logger, progress, algo, eval_env, t_start)
+        with record.timer("startup"):
+            own_ray = None if ray.is_initialized() else embedded_ray.start(num_cpus=1)
+            eval_env = make_env(cfg.env, seed=env_seeds(cfg)[1])
+            algo = build_config(cfg).build_algo()
+        return _train_loop(cfg, folder, record, algo, eval_env)
     finally:
-        eval_env.close()
+        if eval_env is not None:
+            eval_env.close()
         if algo is not None:
             algo.stop()
         if own_ray is not None:
             embedded_ray.stop(own_ray)
 
 
-def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progress: ProgressFn | None, algo: Any,
-                eval_env: Any, t_start: float) -> Summary:
+def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, algo: Any, eval_env: Any) -> Summary:
+    """One ``algo.train()`` per evaluation interval, then a greedy evaluation row (``record.row``)."""
     import torch
 
     d, run = cfg.dqn, cfg.run
@@ -281,9 +270,6 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progre
     flatten = d.model == "mlp"
     batch = d.batch_size * (spec.n_agents if d.parameter_sharing else 1)
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
-    metrics = CSVMetrics(folder.metrics)
-    timings: dict[str, float] = {"train": 0.0, "eval": 0.0}
-    t_loop = time.perf_counter()  # throughput excludes Ray's start and the algorithm build (seconds)
 
     @torch.no_grad()
     def greedy(obs_NO: np.ndarray, alive_N: np.ndarray) -> np.ndarray:
@@ -296,51 +282,38 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, logger: Logger, progre
             actions_N[rows] = out["actions"].cpu().numpy()
         return actions_N
 
-    def do_eval(env_steps: int, result: dict[str, Any] | None) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        res = evaluate(eval_env, greedy, run.eval_episodes)
-        timings["eval"] += time.perf_counter() - t0
-        row: dict[str, Any] = {"env_steps": env_steps, **res.as_row(ids)}
-        row.update(_train_stats(result, module_of, batch, env_steps, cfg))
+    def do_eval(env_steps: int, result: dict[str, Any] | None) -> None:
+        with record.timer("eval"):
+            res = evaluate(eval_env, greedy, run.eval_episodes)
+        train_return, columns = _train_stats(result, module_of, batch, env_steps, cfg)
         if cfg.relay.enabled:
-            row.update(_relay_stats(result, module_of, spec.team))
-        now = time.perf_counter()  # throughput and wall time last, as suPER.loop.RunLoop writes them
-        row["env_steps_per_sec"] = env_steps / max(now - t_loop - timings["eval"], 1e-9)
-        row["wall_time_s"] = now - t_start
-        metrics.append(row)
-        logger.log(namespaced_metrics(row, timings), step=env_steps)
-        return row
+            columns.update(_relay_stats(result, module_of, spec.team))
+        record.row(env_steps, res, ids, train_return, columns)
 
     env_steps = 0
-    last = do_eval(0, None)  # step 0: the untrained greedy policy, as the native trainer
+    do_eval(0, None)  # step 0: the untrained greedy policy, as the native trainer
     while env_steps < run.num_timesteps:
-        t0 = time.perf_counter()
-        result = algo.train()
-        timings["train"] += time.perf_counter() - t0
+        with record.timer("train"):
+            result = algo.train()
         env_steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
-        last = do_eval(env_steps, result)
-        if progress is not None:
-            progress(env_steps, {"team_return": last["team_return_mean"], "train_return": last["train_return_mean"]})
+        do_eval(env_steps, result)
+        record.report_progress(env_steps, record.last_eval["train_return_mean"])
     algo.save_to_path(str(folder.checkpoints / "rllib_final"))
-    now = time.perf_counter()
-    timings["startup"] = t_loop - t_start
-    return Summary(folder.path, env_steps, float(last["team_return_mean"]),
-                   env_steps / max(now - t_loop - timings["eval"], 1e-9), now - t_start, dict(timings))
+    return record.summary(env_steps)
 
 
 def _train_stats(result: dict[str, Any] | None, module_of: list[str], batch: int, env_steps: int,
-                 cfg: ExperimentConfig) -> dict[str, Any]:
-    """train_return_mean, loss, epsilon, updates -- the native trainer's columns, from RLlib's results."""
+                 cfg: ExperimentConfig) -> tuple[float, dict[str, Any]]:
+    """train_return_mean and the native trainer's columns loss, epsilon, updates, from RLlib's results."""
     nan = float("nan")
     if result is None:
-        return {"train_return_mean": nan, "loss": nan, "epsilon": cfg.dqn.epsilon(env_steps), "updates": 0}
+        return nan, {"loss": nan, "epsilon": cfg.dqn.epsilon(env_steps), "updates": 0}
     learners = result.get("learners", {})
     modules = list(dict.fromkeys(module_of))
     losses = [float(learners[m]["qf_loss"]) for m in modules if "qf_loss" in learners.get(m, {})]
     trained = learners.get(modules[0], {}).get("num_module_steps_trained_lifetime", 0)
     ret = result.get("env_runners", {}).get("episode_return_mean", nan)
-    return {
-        "train_return_mean": float(ret) if ret is not None else nan,
+    return float(ret) if ret is not None else nan, {
         "loss": float(np.mean(losses)) if losses else nan,
         "epsilon": cfg.dqn.epsilon(env_steps),
         "updates": int(round(float(trained) / max(batch, 1))) if not math.isnan(float(trained)) else 0,

@@ -23,7 +23,8 @@ row's obs.
 Loss per policy p (REFERENCE 3.3): ``L_p = mean_b w_b * huber(td_b)`` with
 ``td = Q(o, a) - [r + gamma * (1 - d) * Q_target(o', a*)]``, ``a* = argmax Q(o')`` (double-Q) or
 ``argmax Q_target(o')``; the policies' losses are summed (Adam is elementwise, so this equals P
-separate optimisers) and each policy's gradient is clipped to norm ``grad_clip`` on its own.
+separate optimisers) and each policy's gradient is clipped to norm ``grad_clip`` on its own. The formulas
+are pure functions in ``suPER.native.dqn_loss`` (TD target, weighted loss, priorities).
 """
 
 from __future__ import annotations
@@ -34,18 +35,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
+from suPER.native.dqn_loss import priorities, q_of_actions, td_target, weighted_loss
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
-from suPER.runs import (
-    Logger,
-    RunFolder,
-    Summary,
-)
+from suPER.runs import Logger, RunFolder, Summary
+from suPER.seeds import EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
 
 
 def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
@@ -66,7 +64,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     loop = RunLoop(cfg, folder, logger, progress)
     device, seed, spec, timer = loop.device, run.seed, loop.spec, loop.timer
     env = loop.envs[0]
-    rng = np.random.default_rng(seed)  # exploration draws
+    rng = np.random.default_rng(seed + EXPLORATION_SEED_OFFSET)  # exploration draws
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d.parameter_sharing else n_agents
     policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d.parameter_sharing else np.arange(n_agents)
@@ -80,7 +78,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
     # (compact layout: next_obs linked to the same agent's next row, streams = agents; identical samples)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps,
+                      rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
               if run.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype,
                                                                    **per_kwargs))
@@ -114,32 +113,19 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         q_PBA = q_values(q_net, obs_PBO.reshape(n_pol, e * g, *obs_shape))
         return q_PBA.argmax(-1).reshape(n_pol, e, g).transpose(0, 1).reshape(e, n_agents).cpu().numpy()
 
-    def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
-        """Q of the actions taken, [P, B]."""
-        return q_PBA.gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
+    def on_device(x: np.ndarray) -> torch.Tensor:
+        """A numpy batch column as a tensor on ``device``."""
+        return torch.as_tensor(x, device=device)
 
     @torch.no_grad()
-    def td_target(rewards, next_obs, dones, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
-        """r + gamma (1 - d) Q_target(o', a*), a* from the online (double-Q) or the target net."""
-        q_next_target = q_values(target_net, next_obs)
-        if d.double_q:
-            q_next_online = q_values(q_net, next_obs) if q_next_online is None else q_next_online
-        a_star = (q_next_online if d.double_q else q_next_target).argmax(-1, keepdim=True)
-        bootstrap = q_next_target.gather(-1, a_star)[..., 0]
-        return (torch.as_tensor(rewards, device=device)
-                + d.gamma * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
-
-    @torch.no_grad()
-    def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
-        """|TD| of [P, B] transitions with the current nets; one online pass covers o and o' (no grad)."""
+    def fresh_td_PB(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """|TD| of [P, B] fresh transitions with the current nets (relay, legacy priorities): one online pass
+        covers o and o'."""
         n = obs.shape[1]
-        q_both = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
-        return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
-
-    def td_and_q(obs, actions, rewards, next_obs, dones) -> tuple[torch.Tensor, torch.Tensor]:
-        """TD error [P, B] and Q(o, a) [P, B]; gradients flow through Q(o, a) only."""
-        q_sa = taken(q_values(q_net, obs), actions)
-        return q_sa - td_target(rewards, next_obs, dones), q_sa
+        q_both_PBA = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
+        y_PB = td_target(on_device(rewards), on_device(dones), q_values(target_net, next_obs),
+                         q_both_PBA[:, n:] if d.double_q else None, d.gamma)
+        return priorities(q_of_actions(q_both_PBA[:, :n], on_device(actions)) - y_PB)
 
     # ---- bookkeeping
     updates, last_target_sync = 0, 0
@@ -232,7 +218,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         td_NT = None
         if (relay is not None and relay.active) or (legacy_priorities and insertion.sender_side):
             with timer("relay"):
-                td_NT = td_errors(*frag.grouped(n_pol)).reshape(n_agents, T).cpu().numpy()
+                td_NT = fresh_td_PB(*frag.grouped(n_pol)).reshape(n_agents, T).cpu().numpy()
 
         # store: the fragment's own rows go to each agent's policy buffer
         with timer("store"):
@@ -249,14 +235,19 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         if loop.env_steps > learn_after:
             with timer("learn"):
                 b = buffer.sample(batch_per_policy)
-                td, _ = td_and_q(b.obs, b.actions, b.rewards, b.next_obs, b.dones)
-                weights = torch.as_tensor(b.weights, device=device)
-                loss_P = (weights * F.huber_loss(td, torch.zeros_like(td), reduction="none", delta=1.0)).mean(-1)
+                q_sa_PB = q_of_actions(q_values(q_net, b.obs), on_device(b.actions))
+                with torch.no_grad():  # the target is a constant: gradients flow through Q(o, a) only
+                    q_next_target_PBA = q_values(target_net, b.next_obs)
+                    q_next_online_PBA = q_values(q_net, b.next_obs) if d.double_q else None
+                    y_PB = td_target(on_device(b.rewards), on_device(b.dones), q_next_target_PBA,
+                                     q_next_online_PBA, d.gamma)
+                td_PB = q_sa_PB - y_PB
+                loss_P = weighted_loss(td_PB, on_device(b.weights), "huber")
                 optimizer.zero_grad(set_to_none=True)
                 loss_P.sum().backward()
                 clip_grad_norm_per_policy(q_net, d.grad_clip)
                 optimizer.step()
-                buffer.update_priorities(b.indices, td.detach().abs().cpu().numpy())
+                buffer.update_priorities(b.indices, priorities(td_PB).cpu().numpy())
                 losses.append(float(loss_P.detach().mean()))
                 updates += 1
             # sync target: hard copy every target_update_freq env steps (first sync at the first update)

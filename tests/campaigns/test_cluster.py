@@ -76,7 +76,10 @@ def test_jobs_per_run_and_per_grid() -> None:
     assert [j.runs for j in jobs] == [["pursuit__ddqn__s1"], ["pursuit__qmix__s1"]] and jobs[0].num_cpus == 2
     entry = jobs[0].entrypoint
     assert entry.startswith("python -m suPER.cli train --env pursuit --algo ddqn --seed 1 ")
-    assert "--skip-finished" in entry and "--wandb --wandb-mode online" in entry and "--threads 2" in entry
+    assert "--skip-finished" in entry and "--wandb --wandb-mode online" in entry
+    assert "--threads 2 --device cpu" in entry  # no GPU reserved: none used (campaigns.resources, as grid run)
+    gpu_jobs = campaigns.plan_jobs(grid, runs, "out", per="run", cpus=2.7, gpus=0.5, wandb=False)
+    assert "--threads 2 --device cuda" in gpu_jobs[0].entrypoint and gpu_jobs[0].num_gpus == 0.5
     assert entry.endswith("--out ~/'out dir'")  # ~ expands on the cluster node
     (job,) = campaigns.plan_jobs(grid, runs, "/shared/runs", per="grid", filters=["env=pursuit"], seeds="2",
                                  wandb=False)
