@@ -23,9 +23,10 @@ TINY = {"env.horizon": 40, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.
 
 
 def tiny_cfg(seed: int, relay: bool, updates: int, tmp: Path, **extra: Any) -> C.ExperimentConfig:
-    """A run with ``updates`` updates (one per 4-step fragment after learning_starts) and 5 evaluations."""
+    """A run with ``updates`` updates (one per 4-step fragment after learning_starts) and 5 (2) evaluations."""
     steps = 40 + 4 * updates
-    named = {"run.seed": seed, "relay.enabled": relay, "run.num_timesteps": steps, "run.eval_interval": steps // 5,
+    named = {"run.seed": seed, "relay.enabled": relay, "run.num_timesteps": steps,
+             "run.eval_interval": steps // (5 if updates >= 50 else 2),
              "run.out": str(tmp)}
     return C.resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
 
@@ -61,9 +62,9 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
-def check_pack_equals_alone(tmp_path: Path, updates: int) -> None:
-    cfgs = [tiny_cfg(1, True, updates, tmp_path), tiny_cfg(2, True, updates, tmp_path),
-            tiny_cfg(3, False, updates, tmp_path)]
+def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3) -> None:
+    """Seeds 1.. n_runs; the last run without relay (no sharing), the others SUPER quantile."""
+    cfgs = [tiny_cfg(1 + i, i < n_runs - 1, updates, tmp_path) for i in range(n_runs)]
     out = pack_of(cfgs, "pack")
     assert all(not isinstance(s, BaseException) for s in out), out
     for cfg in cfgs:
@@ -80,13 +81,18 @@ def check_pack_equals_alone(tmp_path: Path, updates: int) -> None:
             if rp["loss"] != "nan":
                 assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6
     # the runs are not copies of each other: seeds and relay settings reach their own slot
-    r0, r1, r2 = (rec["trainer"] for rec in recs["pack"])
-    assert not torch.equal(r0["replay"]["actions"], r1["replay"]["actions"])
-    assert int(r0["relay_received"].sum()) > 0 and r2["relay"] is None
+    first, last = recs["pack"][0]["trainer"], recs["pack"][-1]["trainer"]
+    assert not torch.equal(first["replay"]["actions"], last["replay"]["actions"])
+    assert int(first["relay_received"].sum()) > 0 and last["relay"] is None
 
 
-def test_pack_of_three_equals_each_run_alone(tmp_path: Path) -> None:
-    """50 updates (the cheap default variant of the 500-update check below)."""
+def test_pack_of_two_equals_each_run_alone(tmp_path: Path) -> None:
+    """The cheap default variant (2 runs, 12 updates) of the slow checks below."""
+    check_pack_equals_alone(tmp_path, updates=12, n_runs=2)
+
+
+@pytest.mark.slow
+def test_pack_of_three_equals_each_run_alone_50_updates(tmp_path: Path) -> None:
     check_pack_equals_alone(tmp_path, updates=50)
 
 
@@ -109,8 +115,7 @@ def test_acting_and_init_equal_the_unpacked_trainer(tmp_path: Path) -> None:
 
 
 def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfgs = [tiny_cfg(1, True, 10, tmp_path), tiny_cfg(2, False, 10, tmp_path)]
-    real = dqn  # noqa: F841 - keeps the import used for readers
+    cfgs = [tiny_cfg(1, True, 4, tmp_path), tiny_cfg(2, False, 4, tmp_path)]
     from suPER import loop as loop_mod
 
     made: list[Any] = []
@@ -119,13 +124,13 @@ def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pyt
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         real_init(self, *args, **kwargs)
         made.append(self)
-        if len(made) == 1:  # the first run's training env breaks after 30 steps
+        if len(made) == 1:  # the first run's training env breaks after 48 steps (after 2 updates)
             env, calls = self.envs[0], [0]
             step = env.step
 
             def broken(actions: np.ndarray) -> Any:
                 calls[0] += 1
-                if calls[0] > 30:
+                if calls[0] > 48:
                     raise RuntimeError("env exploded")
                 return step(actions)
 
