@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from suPER.config import ExperimentConfig
+from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
 from suPER.loop import RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
@@ -81,18 +81,18 @@ def check_packable(cfgs: Sequence[ExperimentConfig]) -> None:
     """Refuse a pack whose runs differ in a ``PACK_KEYS`` setting or do not use the DQN trainer.
 
     Raises:
-        ValueError: naming the first differing setting and the two runs.
+        ConfigError: naming the first differing setting and the two runs.
     """
     if not cfgs:
-        raise ValueError("a pack needs at least one run")
+        raise ConfigError("--pack: a pack needs at least one run")
     for cfg in cfgs:
         if cfg.run.algo not in ("dqn", "ddqn"):
-            raise ValueError(f"--pack: packs DQN runs (--algo dqn or ddqn), got --algo {cfg.run.algo}")
+            raise ConfigError(f"--pack: packs DQN runs (--algo dqn or ddqn), got --algo {cfg.run.algo}")
     first = pack_key(cfgs[0])
     for cfg in cfgs[1:]:
         for name, a, b in zip(PACK_KEYS, first, pack_key(cfg)):
             if a != b:
-                raise ValueError(f"--pack: runs {cfgs[0].run_name} and {cfg.run_name} differ in {name} ({a} vs {b}); "
+                raise ConfigError(f"--pack: runs {cfgs[0].run_name} and {cfg.run_name} differ in {name} ({a} vs {b}); "
                                  f"a pack shares the network, optimizer and update schedule")
 
 
