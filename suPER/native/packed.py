@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
-from suPER.loop import RunLoop, to_numpy
+from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
 from suPER.native.dqn import Fragment, relay_fragment, store_fragment
@@ -126,13 +126,15 @@ class _Run:
 
 
 def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
-               loggers: Sequence[Logger | None] | None = None) -> list[Summary | BaseException]:
+               loggers: Sequence[Logger | None] | None = None,
+               progress: ProgressFn | None = None) -> list[Summary | BaseException]:
     """Train R DQN runs as one pack (see the module docstring).
 
     Args:
         cfgs: the runs' validated configs (``check_packable``).
         folders: one run folder per config (as ``dqn.train`` gets; fresh or holding a checkpoint to resume).
         loggers: one scalar sink per run (None: metrics.csv only).
+        progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
 
     Returns:
         Per run, its Summary, or the exception that stopped it (the other runs went on).
@@ -341,6 +343,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         for r in live:
             if runs[r].active and runs[r].loop.checkpoint_due:
                 guarded(r, "checkpoint", runs[r].loop.save, trainer_state(r))
+        if progress is not None:
+            progress(max(run.loop.env_steps for run in runs), {})
 
     # ---- final evaluation and final.pt of every run that did not fail
     out: list[Summary | BaseException] = []
