@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ import torch.nn.functional as F
 
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
+from suPER.envs import BATCHED_ENVS, StepResult, make_batched_env
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
@@ -127,7 +129,7 @@ class _Run:
 
 def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                loggers: Sequence[Logger | None] | None = None,
-               progress: ProgressFn | None = None) -> list[Summary | BaseException]:
+               progress: ProgressFn | None = None, batched_env: bool | None = None) -> list[Summary | BaseException]:
     """Train R DQN runs as one pack (see the module docstring).
 
     Args:
@@ -135,6 +137,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         folders: one run folder per config (as ``dqn.train`` gets; fresh or holding a checkpoint to resume).
         loggers: one scalar sink per run (None: metrics.csv only).
         progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
+        batched_env: step the R runs' training games as one batched env (``PackEnvs``), instead of each
+            run's own single game; None: when the env has one (``suPER.envs.BATCHED_ENVS``: pursuit).
 
     Returns:
         Per run, its Summary, or the exception that stopped it (the other runs went on).
@@ -173,8 +177,11 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     saved = [run.loop.restore() for run in runs]
     if any(s is not None for s in saved):
         _restore_pack(runs, saved, q_net, target_net, optimizer)
-    for run in runs:
-        run.obs_NO = run.loop.reset_envs()[0]
+    if batched_env is None:
+        batched_env = cfgs[0].env.name in BATCHED_ENVS
+    envs = PackEnvs(runs, batched_env)
+    for r, run in enumerate(runs):
+        run.obs_NO = envs.first_reset(r)
         run.alive_N = np.ones(n_agents, dtype=bool)
 
     def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -286,8 +293,15 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             with torch.no_grad():
                 q_PBA = q_values(q_net, obs_RNO.reshape(R * n_pol, group, *obs_shape))
             greedy_RN = q_PBA.argmax(-1).reshape(R, n_agents).cpu().numpy()
+            actions_RN = np.zeros((R, n_agents), dtype=np.int64)
             for r in live:
-                guarded(r, "env step", _step_run, runs[r], t, greedy_RN[r], evaluate_run(r))
+                actions_RN[r] = _explore(runs[r], greedy_RN[r])
+            # step: each run's game (or one batched step of all R games)
+            results = envs.step(actions_RN, live, guarded)
+            # record each run's transition
+            for r, res in results.items():
+                guarded(r, "env step", _record, runs[r], t, actions_RN[r], res, evaluate_run(r),
+                        lambda r=r: envs.reset(r))
 
         # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
         live = [r for r in live if runs[r].active]
@@ -347,6 +361,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             progress(max(run.loop.env_steps for run in runs), {})
 
     # ---- final evaluation and final.pt of every run that did not fail
+    envs.close()
     out: list[Summary | BaseException] = []
     for r, run in enumerate(runs):
         if run.active:
@@ -421,15 +436,17 @@ def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: P
                          "without --pack")
 
 
-def _step_run(run: _Run, t: int, greedy_N: np.ndarray, evaluate: Any) -> None:
-    """One env step of one run: explore, step, record, evaluate when due, reset a finished episode."""
-    loop, d, frag = run.loop, run.cfg.dqn, run.frag
+def _explore(run: _Run, greedy_N: np.ndarray) -> np.ndarray:
+    """Epsilon-greedy actions of one run, epsilon scheduled by its env steps (its own generator)."""
     n_agents = len(greedy_N)
+    explore_N = run.rng.random(n_agents) < run.cfg.dqn.epsilon(run.loop.env_steps)
+    return np.where(explore_N, run.rng.integers(0, run.loop.spec.n_actions, n_agents), greedy_N)
+
+
+def _record(run: _Run, t: int, actions_N: np.ndarray, res: StepResult, evaluate: Any, reset: Any) -> None:
+    """Record one run's transition, evaluate when due, reset a finished episode (``reset() -> obs_NO``)."""
+    loop, frag = run.loop, run.frag
     assert run.obs_NO is not None and run.alive_N is not None
-    explore_N = run.rng.random(n_agents) < d.epsilon(loop.env_steps)
-    actions_N = np.where(explore_N, run.rng.integers(0, loop.spec.n_actions, n_agents), greedy_N)
-    with loop.timer("env"):
-        res = loop.envs[0].step(actions_N)
     terminal_N = res.terminated_N | (res.truncated_N & run.cfg.env.truncation_is_terminal)
     frag.obs_TNO[t], frag.next_obs_TNO[t], frag.action_TN[t] = run.obs_NO, res.obs_NO, actions_N
     frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, run.alive_N
@@ -439,9 +456,76 @@ def _step_run(run: _Run, t: int, greedy_N: np.ndarray, evaluate: Any) -> None:
     if res.episode_over:
         loop.episode_finished(run.ep_return_N.sum())
         run.ep_return_N[:] = 0.0
-        run.obs_NO, run.alive_N = loop.envs[0].reset(), np.ones(n_agents, dtype=bool)
+        run.obs_NO, run.alive_N = reset(), np.ones(len(actions_N), dtype=bool)
     else:
         run.obs_NO, run.alive_N = res.obs_NO, res.alive_N
+
+
+class PackEnvs:
+    """The training envs of a pack: each run's own single game, or one batched env of R games (pursuit).
+
+    Batched: game r is run r's; an episode is seeded by ``episode_seed`` (run seed and the env step it
+    starts at), so it depends only on its run, whatever else the pack holds, and a resumed run restarts
+    the same way. Its episodes are not the single game's for the same seed (``VecPursuitEnv`` draws from
+    its own counter-based hash), so a batched pack equals its runs packed alone on the batched env.
+
+    Args:
+        runs: the pack's runs.
+        batched: one ``make_batched_env`` of R games instead of each run's ``loop.envs[0]``.
+    """
+
+    def __init__(self, runs: list[_Run], batched: bool) -> None:
+        self.runs = runs
+        self.batched = None
+        if batched:
+            cfg = runs[0].cfg
+            self.batched = make_batched_env(cfg.env, len(runs), device=str(runs[0].loop.device))
+
+    @staticmethod
+    def episode_seed(run: _Run) -> int:
+        """Seed of the batched episode a run starts now: a hash of (train seed, env steps), < 2**31."""
+        base = run.cfg.run.seed + run.cfg.env.seed_offset
+        return int((base * 1_000_003 + run.loop.env_steps * 7_919) % (2**31 - 1))
+
+    def reset(self, r: int) -> np.ndarray:
+        """Start run r's next episode; its obs_NO."""
+        run = self.runs[r]
+        if self.batched is None:
+            return run.loop.envs[0].reset()
+        return self.batched.reset([self.episode_seed(run)], games=[r])[r].cpu().numpy()
+
+    def first_reset(self, r: int) -> np.ndarray:
+        """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
+        if self.batched is None:
+            return self.runs[r].loop.reset_envs()[0]
+        return self.reset(r)
+
+    def step(self, actions_RN: np.ndarray, live: list[int], guarded: Any) -> dict[int, StepResult]:
+        """Step every live run's game; a run whose env raises stops (``guarded``)."""
+        if self.batched is None:
+            out = {}
+            for r in live:
+                run = self.runs[r]
+                with run.loop.timer("env"):
+                    res = guarded(r, "env step", run.loop.envs[0].step, actions_RN[r])
+                if res is not None:
+                    out[r] = res
+            return out
+        t0 = time.perf_counter()
+        b = self.batched.step(actions_RN)
+        obs, rew = b.obs_ENO.cpu().numpy(), b.reward_EN.cpu().numpy()
+        term, cut, alive = b.terminated_EN.cpu().numpy(), b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy()
+        over = b.episode_over_E.cpu().numpy()
+        dt = (time.perf_counter() - t0) / max(len(live), 1)
+        out = {}
+        for r in live:
+            self.runs[r].loop.timer.total["env"] = self.runs[r].loop.timer.total.get("env", 0.0) + dt
+            out[r] = StepResult(obs[r], rew[r], term[r], cut[r], alive[r], bool(over[r]))
+        return out
+
+    def close(self) -> None:
+        if self.batched is not None:
+            self.batched.close()
 
 
 def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray | None) -> None:

@@ -31,9 +31,10 @@ def tiny_cfg(seed: int, relay: bool, updates: int, tmp: Path, **extra: Any) -> C
     return C.resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
 
 
-def pack_of(cfgs: list[C.ExperimentConfig], sub: str) -> list[Any]:
+def pack_of(cfgs: list[C.ExperimentConfig], sub: str, batched_env: bool = False) -> list[Any]:
+    """Train ``cfgs`` as one pack under ``tmp/sub`` (single-game envs unless ``batched_env``)."""
     folders = [RunFolder(Path(c.run.out) / sub / c.run_name) for c in cfgs]
-    return train_pack(cfgs, folders)
+    return train_pack(cfgs, folders, batched_env=batched_env)
 
 
 def record(cfg: C.ExperimentConfig, sub: str) -> dict[str, Any]:
@@ -62,13 +63,13 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
-def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3) -> None:
+def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3, batched_env: bool = False) -> None:
     """Seeds 1.. n_runs; the last run without relay (no sharing), the others SUPER quantile."""
     cfgs = [tiny_cfg(1 + i, i < n_runs - 1, updates, tmp_path) for i in range(n_runs)]
-    out = pack_of(cfgs, "pack")
+    out = pack_of(cfgs, "pack", batched_env)
     assert all(not isinstance(s, BaseException) for s in out), out
     for cfg in cfgs:
-        assert pack_of([cfg], "alone")[0].env_steps == cfg.run.num_timesteps
+        assert pack_of([cfg], "alone", batched_env)[0].env_steps == cfg.run.num_timesteps
     recs = {sub: [record(c, sub) for c in cfgs] for sub in ("pack", "alone")}
     for p, a in zip(recs["pack"], recs["alone"]):
         assert p["trainer"]["updates"] == updates
@@ -89,6 +90,11 @@ def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3) -> No
 def test_pack_of_two_equals_each_run_alone(tmp_path: Path) -> None:
     """The cheap default variant (2 runs, 12 updates) of the slow checks below."""
     check_pack_equals_alone(tmp_path, updates=12, n_runs=2)
+
+
+def test_pack_on_the_batched_env_equals_each_run_alone_on_it(tmp_path: Path) -> None:
+    """R runs stepping R games of VecPursuitEnv: each run as if packed alone (one game), bit for bit."""
+    check_pack_equals_alone(tmp_path, updates=12, n_runs=2, batched_env=True)
 
 
 @pytest.mark.slow
