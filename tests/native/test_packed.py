@@ -155,3 +155,18 @@ def test_unpackable_runs_are_refused(tmp_path: Path) -> None:
     a, b = tiny_cfg(1, True, 10, tmp_path), tiny_cfg(2, True, 10, tmp_path, **{"dqn.lr": 1e-3})
     with pytest.raises(ValueError, match="differ in dqn.lr"):
         check_packable([a, b])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_pack_equals_each_run_alone_on_cuda(tmp_path: Path) -> None:
+    """On CUDA (batched pursuit on the device, fused Adam): same replay rows and losses as each run alone."""
+    cfgs = [tiny_cfg(1 + i, i == 0, 50, tmp_path, **{"run.device": "cuda"}) for i in range(2)]
+    assert all(not isinstance(s, BaseException) for s in pack_of(cfgs, "pack", batched_env=True))
+    for cfg in cfgs:
+        pack_of([cfg], "alone", batched_env=True)
+        p, a = record(cfg, "pack"), record(cfg, "alone")
+        assert_same(p["trainer"]["replay"], a["trainer"]["replay"], "replay")
+        for rp, ra in zip(p["rows"], a["rows"], strict=True):
+            if rp["loss"] != "nan":
+                assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6
