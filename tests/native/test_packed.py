@@ -15,7 +15,7 @@ from suPER.native import dqn
 from suPER.native.packed import check_packable, train_pack
 from suPER.runs import RunFolder
 
-TINY = {"env.horizon": 40, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3,
+TINY = {"env.horizon": 20, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3,
         "env.kwargs.n_evaders": 4, "dqn.hiddens": 16, "dqn.batch_size": 8, "dqn.buffer_size": 400,
         "dqn.learning_starts": 40, "dqn.target_update_freq": 100, "dqn.epsilon_timesteps": 400,
         "relay.window": 50, "relay.bandwidth": 0.3, "run.eval_episodes": 1, "run.device": "cpu", "run.threads": 1}
@@ -23,10 +23,10 @@ TINY = {"env.horizon": 40, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.
 
 
 def tiny_cfg(seed: int, relay: bool, updates: int, tmp: Path, **extra: Any) -> C.ExperimentConfig:
-    """A run with ``updates`` updates (one per 4-step fragment after learning_starts) and 5 (2) evaluations."""
+    """A run with ``updates`` updates (one per 4-step fragment after learning_starts) and 5 (1) evaluations after step 0."""
     steps = 40 + 4 * updates
     named = {"run.seed": seed, "relay.enabled": relay, "run.num_timesteps": steps,
-             "run.eval_interval": steps // (5 if updates >= 50 else 2),
+             "run.eval_interval": steps // (5 if updates >= 50 else 1),
              "run.out": str(tmp)}
     return C.resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
 
@@ -88,13 +88,13 @@ def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3, batch
 
 
 def test_pack_of_two_equals_each_run_alone(tmp_path: Path) -> None:
-    """The cheap default variant (2 runs, 12 updates) of the slow checks below."""
-    check_pack_equals_alone(tmp_path, updates=12, n_runs=2)
+    """The cheap default variant (2 runs, 8 updates) of the slow checks below."""
+    check_pack_equals_alone(tmp_path, updates=8, n_runs=2)
 
 
 def test_pack_on_the_batched_env_equals_each_run_alone_on_it(tmp_path: Path) -> None:
     """R runs stepping R games of VecPursuitEnv: each run as if packed alone (one game), bit for bit."""
-    check_pack_equals_alone(tmp_path, updates=12, n_runs=2, batched_env=True)
+    check_pack_equals_alone(tmp_path, updates=8, n_runs=2, batched_env=True)
 
 
 @pytest.mark.slow
