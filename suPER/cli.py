@@ -203,6 +203,8 @@ def train(
     set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override, e.g. --set dqn.gamma=0.95")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     backend: Annotated[str, typer.Option(help="native (fast batched trainer) | rllib (suPERDQN on RLlib 2.60)")] = "native",
+    pack: Annotated[bool, typer.Option("--pack", help="train the --num-seeds runs as one batched program (one "
+                                       "run folder each; suPER.native.packed)")] = False,
 ) -> None:
     """Train independent DQN learners (with optional SUPER relay), or a baseline (see --algo), and write a run folder per seed.
 
@@ -234,6 +236,7 @@ def train(
                    "run.algo": label("algo")})
     overrides = _set_pairs(set_ or [])
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
+    packed: list[C.ExperimentConfig] = []
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
@@ -247,7 +250,14 @@ def train(
             if RunFolder(Path(cfg.run.out) / cfg.run_name).status() == FINISHED:
                 print(f"{cfg.run_name}: already finished in {cfg.run.out}, skipped")
                 continue
-        _train_one(cfg, overwrite, backend)
+        if pack:
+            packed.append(cfg)
+        else:
+            _train_one(cfg, overwrite, backend)
+    if pack and packed:
+        from suPER.campaigns.packed import execute_pack, report
+
+        raise typer.Exit(report(packed, execute_pack(packed, overwrite=overwrite, backend=backend)))
 
 
 def _typed_flags() -> dict[str, str]:

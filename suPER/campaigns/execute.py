@@ -53,7 +53,7 @@ def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
 
 
 def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "native", progress: Any = None,
-            on_start: Any = None, extra_manifest: dict[str, Any] | None = None) -> Any:
+            on_start: Any = None, extra_manifest: dict[str, Any] | None = None, train_fn: Any = None) -> Any:
     """Train one run into ``cfg.run.out/cfg.run_name``: a fresh start, a resume, or a refusal.
 
     The whole call holds the folder's writer lock (a second writer is refused). Under it:
@@ -80,6 +80,8 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
         progress: per-fragment callback ``(env_steps, stats)`` passed to the trainer.
         on_start: called as ``on_start(folder, resumed)`` once the folder is ready, before training.
         extra_manifest: extra manifest fields (e.g. the grid entry).
+        train_fn: the ``train(cfg, folder, logger, progress)`` to call instead of the backend's (packed runs
+            pass one that hands the run to its pack, ``suPER.campaigns.packed``).
 
     Returns:
         The trainer's Summary.
@@ -91,7 +93,8 @@ def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "na
 
     from suPER import runs
 
-    train_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
+    backend_fn = trainer_for(backend, cfg.run.algo)  # before touching the disk: an unavailable backend writes nothing
+    train_fn = train_fn or backend_fn
     if cfg.run.wandb:
         try:
             runs.check_wandb_credentials(cfg.run.wandb_mode)

@@ -260,6 +260,11 @@ class BatchedQNet(nn.Module):
         hiddens: width of the conv body's output and of each head's hidden layer.
     """
 
+    slice_stable: bool = False
+    """Use the channels-last conv layout with autograd on too. oneDNN's NCHW grouped conv rounds a group
+    differently depending on the number of groups; channels-last gives each policy bit-identical results
+    whatever P is (``suPER.models.packed.PackedQNet`` needs that; measured ~10-20% slower training on CPU)."""
+
     def __init__(
         self,
         n_policies: int,
@@ -323,7 +328,7 @@ class BatchedQNet(nn.Module):
         h, w, c = self.obs_shape
         # [P, B, H, W, C] -> [B, P*C, H, W] (one copy); policy p owns input channels p*C..p*C+C-1,
         # which is exactly the channel group the grouped conv gives policy p's weights.
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and not self.slice_stable:
             # NCHW: with autograd on, channels-last measured no faster on CPU and its flatten needs a copy
             x = obs_PBO.permute(1, 0, 4, 2, 3).reshape(B, P * c, h, w)
         else:

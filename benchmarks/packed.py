@@ -1,0 +1,161 @@
+"""Aggregate training env-steps/s of R packed runs vs R separate processes (issue 16).
+
+Usage::
+
+    python benchmarks/packed.py                 # R = 1, 2, 4, 8 on CPU (+ CUDA when present), paper pursuit
+    python benchmarks/packed.py --quick         # smoke mode (< 2 min): R = 1, 2, tiny budget, numbers mean nothing
+    python benchmarks/packed.py --runs 1 2 4 --steps 400
+
+Both sides train the same R configs (paper pursuit: 8 pursuers, 30 evaders, 16x16, the paper's conv dueling
+network, batch 32, one update per 4-step fragment; seeds 1..R; learning starts at step 40 so the budget is
+spent at the paper's replay ratio; one evaluation episode at the start and one after the budget):
+
+* packed: one process, ``suPER.native.packed.train_pack`` over the R configs, ``--pack-threads`` torch threads
+  (default 1, so on CPU the pack uses one core where the separate processes share all of them);
+* separate: R processes started together, each ``suPER.native.dqn.train`` with one torch thread.
+
+Aggregate throughput = env steps trained / seconds, timed from the end of the first rollout fragment to the end
+of the last (a progress callback), so imports, setup and the two evaluations are outside the window; for the
+separate side the env steps of all R processes over the window of the slowest (they share the cores). Prints per
+R and device::
+
+    packed/separate aggregate throughput (R=<r>, <device>): <x>x
+
+and the same ratio of env steps per CPU-second of the processes involved (``process_time``), which a loaded
+machine distorts less: there the OS gives R separate processes about R times the CPU share of one pack
+process, so the wall-clock ratio measures the scheduler as much as the code. Ratios are measured in one
+invocation on the same machine; on a loaded machine they are noisy (say so when you quote them). The target of issue 16: a pack is not slower than separate processes by more than 10 % on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens: int) -> Any:
+    """Paper pursuit, paper network; eval only at the start and the end (1 episode of 100 steps)."""
+    from suPER import config as C
+
+    return C.resolve("pursuit", "ddqn", overrides={
+        "dqn.learning_starts": 40, "dqn.buffer_size": 5000, "dqn.hiddens": hiddens, "env.horizon": 100,
+        "run.eval_episodes": 1, "run.checkpoint_replay": False,
+    }, named={"run.seed": seed, "run.num_timesteps": steps, "run.eval_interval": 10 * steps, "run.device": device,
+              "run.threads": threads, "run.out": out})
+
+
+class Clock:
+    """Progress callback: the time and env steps of the first fragment and of the last one."""
+
+    def __init__(self) -> None:
+        self.first: tuple[float, float, int] | None = None
+        self.last: tuple[float, float, int] = (0.0, 0.0, 0)
+
+    def __call__(self, env_steps: int, stats: dict[str, float]) -> None:
+        now = (time.perf_counter(), time.process_time(), env_steps)
+        if self.first is None:
+            self.first = now
+        self.last = now
+
+    def rate(self) -> tuple[float, float, int]:
+        """(wall seconds, CPU seconds of this process, env steps) from the end of the first fragment to the
+        end of the last."""
+        assert self.first is not None
+        return self.last[0] - self.first[0], self.last[1] - self.first[1], self.last[2] - self.first[2]
+
+
+def worker(seed: int, steps: int, device: str, hiddens: int) -> None:
+    """One separate run (child process): prints {"train_s": ...} as JSON."""
+    from suPER.native import dqn
+    from suPER.runs import RunFolder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = make_cfg(seed, steps, device, 1, tmp, hiddens)
+        clock = Clock()
+        dqn.train(cfg, RunFolder(Path(tmp) / cfg.run_name), progress=clock)
+    seconds, cpu_s, env_steps = clock.rate()
+    print(json.dumps({"train_s": seconds, "cpu_s": cpu_s, "env_steps": env_steps}))
+
+
+def separate(r: int, steps: int, device: str, hiddens: int) -> tuple[float, float]:
+    """(aggregate env-steps/s, env steps per CPU-second) of r concurrent processes."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(seed), "--steps", str(steps), "--device",
+                               device, "--hiddens", str(hiddens)], stdout=subprocess.PIPE, text=True, env=env)
+             for seed in range(1, r + 1)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"benchmarks/packed.py: a separate run failed (exit {p.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    total = sum(x["env_steps"] for x in results)
+    return total / max(x["train_s"] for x in results), total / sum(x["cpu_s"] for x in results)
+
+
+def packed(r: int, steps: int, device: str, hiddens: int, threads: int = 1) -> tuple[float, float]:
+    """(aggregate env-steps/s, env steps per CPU-second) of one pack of r runs."""
+    from suPER.native.packed import train_pack
+    from suPER.runs import RunFolder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfgs = [make_cfg(seed, steps, device, threads, tmp, hiddens) for seed in range(1, r + 1)]
+        clock = Clock()
+        out = train_pack(cfgs, [RunFolder(Path(tmp) / c.run_name) for c in cfgs], progress=clock)
+    for s in out:
+        if isinstance(s, BaseException):
+            raise SystemExit(f"benchmarks/packed.py: a packed run failed ({s})")
+    seconds, cpu_s, env_steps = clock.rate()
+    return r * env_steps / seconds, r * env_steps / cpu_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, nargs="+", default=[1, 2, 4, 8], help="pack sizes R")
+    ap.add_argument("--steps", type=int, default=400, help="training env steps per run")
+    ap.add_argument("--hiddens", type=int, default=256, help="head width (paper: 256)")
+    ap.add_argument("--quick", action="store_true", help="smoke mode: R = 1, 2, 80 steps, hiddens 32")
+    ap.add_argument("--pack-threads", type=int, default=1, help="torch threads of the pack (default 1: on a busy "
+                    "2-core machine 2 threads measured 7x slower)")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker is not None:
+        worker(args.worker, args.steps, args.device, args.hiddens)
+        return
+    if args.quick:
+        args.runs, args.steps, args.hiddens = [1, 2], 80, 32
+    import torch
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+          f"{torch.__version__}, {args.steps} env steps per run, hiddens {args.hiddens}")
+    results = []
+    for device in devices:
+        for r in args.runs:
+            sep, sep_cpu = separate(r, args.steps, device, args.hiddens)
+            pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
+            results.append({"R": r, "device": device, "packed_sps": pk, "separate_sps": sep, "ratio": pk / sep,
+                            "packed_steps_per_cpu_s": pk_cpu, "separate_steps_per_cpu_s": sep_cpu,
+                            "cpu_ratio": pk_cpu / sep_cpu})
+            print(f"R={r} {device}: packed {pk:.1f} env-steps/s, separate {sep:.1f} env-steps/s (aggregate); "
+                  f"per CPU-second: packed {pk_cpu:.1f}, separate {sep_cpu:.1f}")
+            print(f"packed/separate aggregate throughput (R={r}, {device}): {pk / sep:.2f}x", flush=True)
+            print(f"packed/separate env steps per CPU-second (R={r}, {device}): {pk_cpu / sep_cpu:.2f}x", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"steps": args.steps, "hiddens": args.hiddens, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

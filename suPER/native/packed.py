@@ -1,0 +1,549 @@
+"""Packed runs: R independent DQN runs (seeds, relay settings, ...) trained in one process as one program.
+
+Why: one run's update (N small networks x 32 samples) leaves a GPU idle, and on a CPU R processes pay R
+times the Python overhead. Here the R x N Q-networks are one ``PackedQNet`` (a ``BatchedQNet`` of R*N
+policies), so acting, the relay's TD pass and the update of all R runs are one batched call each.
+
+Everything else stays per run, exactly as ``suPER.native.dqn.train`` does it for one run: its
+``RunLoop`` (envs, evaluation schedule, metrics.csv, checkpoints, resume), exploration generator and
+epsilon schedule, prioritized buffers and their generator, relay windows and generator, target syncs
+and counters. A run's ``latest.pt`` / ``final.pt`` hold its networks and Adam state in the layout of an
+unpacked run (``PackedQNet.run_state_dict`` / ``run_adam_state``), so each folder plots, resumes and
+exports on its own.
+
+Read top to bottom like ``dqn.train``: per run seed -> loop -> net init -> buffers -> relay -> resume;
+then the pack's nets and optimizer; then the loop, one rollout fragment per iteration, in the same phase
+order: act, step, record (each env step), TD for the relay, store, relay, learn, sync target, checkpoint.
+
+Loss per policy (as ``dqn.train``): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
+(1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
+and the gradient of ``sum L`` w.r.t. run r's slice is run r's own gradient, so this is R separate
+Adams, provided all runs update at the same fragments (one shared step counter per tensor): a pack
+requires equal budgets, fragment length, learning_starts and batch size (``pack_key``), and refuses
+to resume runs that stopped at different points.
+
+Equivalence (``tests/native/test_packed.py``): each run of a pack takes the same actions, stores the
+same replay rows and logs the same losses as the same config trained as a pack of one, bit for bit
+on CPU (``PackedQNet`` is slice-stable and ``packed_adam`` elementwise-exact). Against the unpacked
+``dqn.train`` acting is bit-identical and training agrees to float rounding (its NCHW conv layout and
+fused Adam round differently; see docs/decisions.md).
+
+Failures: an exception in one run's own phases (its env, evaluation, buffers, checkpoint writes) stops
+that run only (its manifest says failed, it resumes from its last checkpoint); its slot in the pack
+keeps computing on stale inputs with zero loss weight, so the other runs are unaffected.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from suPER.config import ConfigError, ExperimentConfig
+from suPER.core.relay import InsertionPolicy, Relay
+from suPER.envs import BATCHED_ENVS, StepResult, make_batched_env
+from suPER.loop import ProgressFn, RunLoop, to_numpy
+from suPER.models import BatchedQNet, clip_grad_norm_per_policy
+from suPER.models.packed import PackedQNet, packed_adam
+from suPER.native.dqn import Fragment, relay_fragment, store_fragment
+from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
+from suPER.runs import Logger, RunFolder, Summary
+
+PACK_KEYS = (
+    "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing", "dqn.lr",
+    "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
+    "run.num_timesteps", "run.device", "run.threads", "run.algo",
+)
+"""Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
+the update schedule (all runs update at the same fragments). Anything else may differ per run: seed,
+relay (mode, bandwidth, window, team, ...), gamma, epsilon schedule, PER settings, buffer size, target
+period, evaluation settings, output folder."""
+
+
+def _get(cfg: ExperimentConfig, dotted: str) -> Any:
+    obj: Any = cfg
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj.to_dict() if hasattr(obj, "to_dict") else obj
+
+
+def pack_key(cfg: ExperimentConfig) -> tuple[Any, ...]:
+    """The values of ``PACK_KEYS``: runs with equal keys can be trained as one pack."""
+    return tuple(repr(_get(cfg, k)) for k in PACK_KEYS)
+
+
+def check_packable(cfgs: Sequence[ExperimentConfig]) -> None:
+    """Refuse a pack whose runs differ in a ``PACK_KEYS`` setting or do not use the DQN trainer.
+
+    Raises:
+        ConfigError: naming the first differing setting and the two runs.
+    """
+    if not cfgs:
+        raise ConfigError("--pack: a pack needs at least one run")
+    for cfg in cfgs:
+        if cfg.run.algo not in ("dqn", "ddqn"):
+            raise ConfigError(f"--pack: packs DQN runs (--algo dqn or ddqn), got --algo {cfg.run.algo}")
+    first = pack_key(cfgs[0])
+    for cfg in cfgs[1:]:
+        for name, a, b in zip(PACK_KEYS, first, pack_key(cfg)):
+            if a != b:
+                raise ConfigError(f"--pack: runs {cfgs[0].run_name} and {cfg.run_name} differ in {name} ({a} vs {b}); "
+                                 f"a pack shares the network, optimizer and update schedule")
+
+
+@dataclass
+class _Run:
+    """One run of the pack: everything ``dqn.train`` keeps per run, plus its failure if it stopped."""
+
+    cfg: ExperimentConfig
+    loop: RunLoop
+    rng: np.random.Generator
+    buffer: MultiAgentPER
+    relay: Relay | None
+    insertion: InsertionPolicy
+    frag: Fragment
+    init_state: dict[str, torch.Tensor]
+    updates: int = 0
+    last_target_sync: int = 0
+    learn_after: int = 0
+    losses: list[float] = field(default_factory=list)
+    relay_fraction: list[np.ndarray] = field(default_factory=list)
+    relay_received: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    ep_return_N: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    obs_NO: np.ndarray | None = None
+    alive_N: np.ndarray | None = None
+    failure: BaseException | None = None
+    summary: Summary | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.failure is None and self.summary is None
+
+
+def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
+               loggers: Sequence[Logger | None] | None = None,
+               progress: ProgressFn | None = None, batched_env: bool | None = None) -> list[Summary | BaseException]:
+    """Train R DQN runs as one pack (see the module docstring).
+
+    Args:
+        cfgs: the runs' validated configs (``check_packable``).
+        folders: one run folder per config (as ``dqn.train`` gets; fresh or holding a checkpoint to resume).
+        loggers: one scalar sink per run (None: metrics.csv only).
+        progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
+        batched_env: step the R runs' training games as one batched env (``PackEnvs``), instead of each
+            run's own single game; None: when the env has one (``suPER.envs.BATCHED_ENVS``: pursuit).
+
+    Returns:
+        Per run, its Summary, or the exception that stopped it (the other runs went on).
+
+    Raises:
+        ValueError: the configs cannot be packed, or their checkpoints stopped at different points.
+    """
+    check_packable(cfgs)
+    loggers = list(loggers) if loggers is not None else [None] * len(cfgs)
+    R = len(cfgs)
+    d0 = cfgs[0].dqn
+
+    # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
+    runs: list[_Run] = []
+    for cfg, folder, logger in zip(cfgs, folders, loggers):
+        runs.append(_build_run(cfg, folder, logger))
+    spec, device = runs[0].loop.spec, runs[0].loop.device
+    n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
+    n_pol = 1 if d0.parameter_sharing else n_agents
+    group = n_agents // n_pol  # learners per policy
+    policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d0.parameter_sharing else np.arange(n_agents)
+    batch_per_policy = d0.batch_size * group
+    T = d0.rollout_fragment_length
+
+    # ---- the pack's networks: run r's policies are slots r*P .. r*P+P-1
+    q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens)
+    for r, run in enumerate(runs):
+        q_net.load_run_state_dict(r, run.init_state)
+    q_net = q_net.to(device)
+    target_net = copy.deepcopy(q_net).requires_grad_(False)
+    optimizer = packed_adam(q_net.parameters(), lr=d0.lr, eps=d0.adam_eps, device=device)
+    gamma_P1 = torch.tensor([[run.cfg.dqn.gamma] for run in runs for _ in range(n_pol)], device=device)
+    eval_net = q_net.unpacked().to(device).requires_grad_(False)  # one run's weights, for its evaluations
+
+    # ---- resume: every run from its own latest.pt, in the unpacked layout
+    saved = [run.loop.restore() for run in runs]
+    if any(s is not None for s in saved):
+        _restore_pack(runs, saved, q_net, target_net, optimizer)
+    if batched_env is None:
+        batched_env = cfgs[0].env.name in BATCHED_ENVS
+    envs = PackEnvs(runs, batched_env)
+    for r, run in enumerate(runs):
+        run.obs_NO = envs.first_reset(r)
+        run.alive_N = np.ones(n_agents, dtype=bool)
+
+    def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """obs [R*P, B, *O] (any numeric dtype) -> q [R*P, B, A] on ``device``."""
+        return net(torch.as_tensor(obs, device=device).float())
+
+    def greedy_batch_of(r: int) -> Any:
+        """Run r's evaluation policy: ``dqn.train``'s greedy_batch on a copy of its weights."""
+        eval_net.load_state_dict(q_net.run_state_dict(r))
+
+        @torch.no_grad()
+        def greedy_batch(obs_ENO: np.ndarray | torch.Tensor, alive_EN: np.ndarray | None = None) -> np.ndarray:
+            e = obs_ENO.shape[0]
+            obs_PBO = torch.as_tensor(obs_ENO, device=device).reshape(e, n_pol, group, *obs_shape).transpose(0, 1)
+            q_PBA = eval_net(obs_PBO.reshape(n_pol, e * group, *obs_shape).float())
+            return q_PBA.argmax(-1).reshape(n_pol, e, group).transpose(0, 1).reshape(e, n_agents).cpu().numpy()
+
+        return greedy_batch
+
+    def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
+        return q_PBA.gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
+
+    @torch.no_grad()
+    def td_target(rewards, next_obs, dones, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
+        """r + gamma_run (1 - d) Q_target(o', a*), a* from the online (double-Q) or the target net."""
+        q_next_target = q_values(target_net, next_obs)
+        if d0.double_q:
+            q_next_online = q_values(q_net, next_obs) if q_next_online is None else q_next_online
+        a_star = (q_next_online if d0.double_q else q_next_target).argmax(-1, keepdim=True)
+        bootstrap = q_next_target.gather(-1, a_star)[..., 0]
+        return (torch.as_tensor(rewards, device=device)
+                + gamma_P1 * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
+
+    @torch.no_grad()
+    def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
+        """|TD| of [R*P, B] transitions with the current nets; one online pass covers o and o'."""
+        n = obs.shape[1]
+        q_both = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
+        return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
+
+    def eval_columns(run: _Run) -> dict[str, Any]:
+        """dqn.train's metrics.csv columns for one run."""
+        row: dict[str, Any] = {"loss": float(np.mean(run.losses)) if run.losses else float("nan"),
+                               "epsilon": run.cfg.dqn.epsilon(run.loop.env_steps), "updates": run.updates}
+        relay = run.relay
+        if relay is not None:
+            frac_N = np.mean(run.relay_fraction, axis=0) if run.relay_fraction else np.zeros(n_pol)
+            row["fraction_shared_mean"] = float(frac_N[relay.participants_N].mean()) if relay.active else 0.0
+            row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
+            row["relayed_rows_total"] = int(run.relay_received.sum())
+        run.losses.clear()
+        run.relay_fraction.clear()
+        return row
+
+    def trainer_state(r: int) -> dict[str, Any]:
+        """Run r's checkpoint, in dqn.train's layout."""
+        run = runs[r]
+        return {
+            "updates": run.updates, "last_target_sync": run.last_target_sync, "learn_after": run.learn_after,
+            "q_net": q_net.run_state_dict(r), "target_net": target_net.run_state_dict(r),
+            "optimizer": q_net.run_adam_state(optimizer, r),
+            "replay": run.buffer.state_dict(copy=False) if run.cfg.run.checkpoint_replay else None,
+            "rng": {"explore": run.rng.bit_generator.state, "replay": run.buffer.rng.bit_generator.state},
+            "relay": run.relay.state_dict() if run.relay is not None else None,
+            "relay_received": run.relay_received, "relay_fraction": list(run.relay_fraction),
+            "losses": list(run.losses),
+        }
+
+    def evaluate_run(r: int) -> Any:
+        """Run r's evaluation (metrics row with its trainer columns), as a callback for its env step."""
+        return lambda: runs[r].loop.evaluate(greedy_batch_of(r), eval_columns(runs[r]))
+
+    def guarded(r: int, what: str, fn: Any, *args: Any) -> Any:
+        """Run one run's own phase; an exception stops that run only (reported on stderr)."""
+        run = runs[r]
+        if not run.active:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - any failure of one run must not stop the pack
+            run.failure = exc
+            print(f"{run.cfg.run_name}: stopped during {what} ({type(exc).__name__}: {exc}); the other runs of the "
+                  f"pack go on", file=sys.stderr)
+            for env in [*run.loop.envs, run.loop.eval_env]:
+                try:
+                    env.close()
+                except Exception:  # noqa: BLE001 - already failing; closing is best effort
+                    pass
+            return None
+
+    for r, (run, s) in enumerate(zip(runs, saved)):
+        if s is None:  # step 0: the untrained greedy policy
+            guarded(r, "evaluation", run.loop.evaluate, greedy_batch_of(r), eval_columns(run))
+            guarded(r, "checkpoint", run.loop.save, trainer_state(r))
+
+    # ---- loop: one iteration = one rollout fragment of every run
+    obs_RNO = np.zeros((R, n_agents, *obs_shape), dtype=np.float32)
+    while any(run.active and not run.loop.done for run in runs):
+        live = [r for r, run in enumerate(runs) if run.active and not run.loop.done]
+        for r in live:
+            runs[r].frag.valid_TN[:] = False
+        for t in range(T):
+            live = [r for r in live if runs[r].active and not runs[r].loop.done]
+            if not live:
+                break
+            # act: one forward for every run's learners, then each run's own epsilon-greedy draws
+            for r in live:
+                obs_RNO[r] = runs[r].obs_NO
+            with torch.no_grad():
+                q_PBA = q_values(q_net, obs_RNO.reshape(R * n_pol, group, *obs_shape))
+            greedy_RN = q_PBA.argmax(-1).reshape(R, n_agents).cpu().numpy()
+            actions_RN = np.zeros((R, n_agents), dtype=np.int64)
+            for r in live:
+                actions_RN[r] = _explore(runs[r], greedy_RN[r])
+            # step: each run's game (or one batched step of all R games)
+            results = envs.step(actions_RN, live, guarded)
+            # record each run's transition
+            for r, res in results.items():
+                guarded(r, "env step", _record, runs[r], t, actions_RN[r], res, evaluate_run(r),
+                        lambda r=r: envs.reset(r))
+
+        # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
+        live = [r for r in live if runs[r].active]
+        needs_td = [r for r in live if (runs[r].relay is not None and runs[r].relay.active)
+                    or (runs[r].insertion.rule == "legacy" and runs[r].insertion.sender_side)]
+        td_RNT: np.ndarray | None = None
+        if needs_td:
+            parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
+                     for r in range(R)]
+            stacked = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+            td_RNT = td_errors(*stacked).reshape(R, n_agents, -1).cpu().numpy()
+
+        # store, relay: each run into its own buffers
+        for r in live:
+            guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N,
+                    td_RNT[r] if td_RNT is not None and r in needs_td else None)
+
+        # learn: one gradient step of every run's policies, each on its own prioritized batch
+        live = [r for r in live if runs[r].active]
+        learners = [r for r in live if runs[r].loop.env_steps > runs[r].learn_after]
+        if learners and len(learners) != len(live):
+            raise RuntimeError("packed runs went out of lockstep (some learn, some do not); report this as a bug")
+        if learners:
+            batches = {r: guarded(r, "replay sampling", runs[r].buffer.sample, batch_per_policy) for r in learners}
+            learners = [r for r in learners if runs[r].active]
+            if learners:
+                b0 = batches[learners[0]]
+                cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)],
+                               getattr(b0, f)) for f in ("obs", "actions", "rewards", "next_obs", "dones", "weights")]
+                obs, actions, rewards, next_obs, dones, weights = cols
+                q_sa = taken(q_values(q_net, obs), actions)
+                td = q_sa - td_target(rewards, next_obs, dones)
+                weights_t = torch.as_tensor(weights, device=device)
+                loss_P = (weights_t * F.huber_loss(td, torch.zeros_like(td), reduction="none", delta=1.0)).mean(-1)
+                optimizer.zero_grad(set_to_none=True)
+                loss_P.sum().backward()
+                clip_grad_norm_per_policy(q_net, d0.grad_clip)
+                optimizer.step()
+                td_abs_RPB = td.detach().abs().reshape(R, n_pol, -1).cpu().numpy()
+                loss_RP = loss_P.detach().reshape(R, n_pol)
+                for r in learners:
+                    run = runs[r]
+                    guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices, td_abs_RPB[r])
+                    run.losses.append(float(loss_RP[r].mean()))
+                    run.updates += 1
+                    # sync target: hard copy every target_update_freq env steps (first sync at the first update)
+                    if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
+                            or run.updates == 1):
+                        target_net.copy_run_from(q_net, r)
+                        run.last_target_sync = run.loop.env_steps
+
+        # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
+        for r in live:
+            if runs[r].active and runs[r].loop.checkpoint_due:
+                guarded(r, "checkpoint", runs[r].loop.save, trainer_state(r))
+        if progress is not None:
+            progress(max(run.loop.env_steps for run in runs), {})
+
+    # ---- final evaluation and final.pt of every run that did not fail
+    envs.close()
+    out: list[Summary | BaseException] = []
+    for r, run in enumerate(runs):
+        if run.active:
+            final = {"q_net": q_net.run_state_dict(r), "target_net": target_net.run_state_dict(r),
+                     "optimizer": q_net.run_adam_state(optimizer, r), "updates": run.updates}
+            run.summary = guarded(r, "final evaluation", run.loop.finish, greedy_batch_of(r), final, eval_columns(run))
+        out.append(run.summary if run.summary is not None else run.failure or RuntimeError("run did not finish"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# per-run pieces
+
+
+def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) -> _Run:
+    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does."""
+    d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
+    loop = RunLoop(cfg, folder, logger, None)  # seeds python, numpy and torch from the run seed
+    seed, spec = run_cfg.seed, loop.spec
+    rng = np.random.default_rng(seed)
+    n_agents, obs_shape = spec.n_agents, spec.obs_shape
+    n_pol = 1 if d.parameter_sharing else n_agents
+    init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
+              if run_cfg.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape,
+                                                                       spec.obs_dtype, **per_kwargs))
+    relay = None
+    if rc.enabled:
+        relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
+                                  seed=seed, per_eps=d.per_eps, env_name=spec.name)
+    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, spec.name, d.per_eps)
+    return _Run(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
+                frag=Fragment.empty(d.rollout_fragment_length, n_agents, obs_shape), init_state=init.state_dict(),
+                learn_after=d.learning_starts, relay_received=np.zeros(n_agents, dtype=np.int64),
+                ep_return_N=np.zeros(n_agents))
+
+
+def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: PackedQNet, target_net: PackedQNet,
+                  optimizer: torch.optim.Optimizer) -> None:
+    """Load every run's checkpoint into its slot; refuse runs that stopped at different points.
+
+    Raises:
+        ValueError: some runs have a checkpoint and others not, or they differ in env steps / updates.
+    """
+    where = {(run.loop.env_steps, None if s is None else int(s["updates"])) for run, s in zip(runs, saved)}
+    if len(where) > 1:
+        names = ", ".join(f"{run.cfg.run_name} at env step {run.loop.env_steps}" for run in runs)
+        raise ValueError(f"--pack: the runs stopped at different points ({names}); a pack updates in lockstep, so "
+                         f"resume them without --pack (their checkpoints are unpacked runs' checkpoints)")
+    for r, (run, raw) in enumerate(zip(runs, saved)):
+        assert raw is not None
+        state = to_numpy(raw, keep=("q_net", "target_net", "optimizer"))
+        run.updates, run.last_target_sync, run.learn_after = (state["updates"], state["last_target_sync"],
+                                                              state["learn_after"])
+        q_net.load_run_state_dict(r, state["q_net"])
+        target_net.load_run_state_dict(r, state["target_net"])
+        q_net.load_run_adam_state(optimizer, r, state["optimizer"])
+        if state["replay"] is not None:
+            load_replay_state(run.buffer, state["replay"])
+        else:
+            run.learn_after = run.loop.env_steps + run.cfg.dqn.learning_starts
+        run.rng.bit_generator.state = state["rng"]["explore"]
+        run.buffer.rng.bit_generator.state = state["rng"]["replay"]
+        if run.relay is not None and state["relay"] is not None:
+            run.relay.load_state_dict(state["relay"])
+        run.relay_received[:] = state["relay_received"]
+        run.relay_fraction[:] = list(state["relay_fraction"])
+        run.losses[:] = state["losses"]
+    if len({run.learn_after for run in runs}) > 1:
+        raise ValueError("--pack: the runs' replay was checkpointed for some and not for others; resume them "
+                         "without --pack")
+
+
+def _explore(run: _Run, greedy_N: np.ndarray) -> np.ndarray:
+    """Epsilon-greedy actions of one run, epsilon scheduled by its env steps (its own generator)."""
+    n_agents = len(greedy_N)
+    explore_N = run.rng.random(n_agents) < run.cfg.dqn.epsilon(run.loop.env_steps)
+    return np.where(explore_N, run.rng.integers(0, run.loop.spec.n_actions, n_agents), greedy_N)
+
+
+def _record(run: _Run, t: int, actions_N: np.ndarray, res: StepResult, evaluate: Any, reset: Any) -> None:
+    """Record one run's transition, evaluate when due, reset a finished episode (``reset() -> obs_NO``)."""
+    loop, frag = run.loop, run.frag
+    assert run.obs_NO is not None and run.alive_N is not None
+    terminal_N = res.terminated_N | (res.truncated_N & run.cfg.env.truncation_is_terminal)
+    frag.obs_TNO[t], frag.next_obs_TNO[t], frag.action_TN[t] = run.obs_NO, res.obs_NO, actions_N
+    frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, run.alive_N
+    run.ep_return_N += np.where(run.alive_N, res.reward_N, 0.0)
+    if loop.tick():
+        evaluate()  # at exact multiples of the interval, on its own env
+    if res.episode_over:
+        loop.episode_finished(run.ep_return_N.sum())
+        run.ep_return_N[:] = 0.0
+        run.obs_NO, run.alive_N = reset(), np.ones(len(actions_N), dtype=bool)
+    else:
+        run.obs_NO, run.alive_N = res.obs_NO, res.alive_N
+
+
+class PackEnvs:
+    """The training envs of a pack: each run's own single game, or one batched env of R games (pursuit).
+
+    Batched: game r is run r's; an episode is seeded by ``episode_seed`` (run seed and the env step it
+    starts at), so it depends only on its run, whatever else the pack holds, and a resumed run restarts
+    the same way. Its episodes are not the single game's for the same seed (``VecPursuitEnv`` draws from
+    its own counter-based hash), so a batched pack equals its runs packed alone on the batched env.
+
+    Args:
+        runs: the pack's runs.
+        batched: one ``make_batched_env`` of R games instead of each run's ``loop.envs[0]``.
+    """
+
+    def __init__(self, runs: list[_Run], batched: bool) -> None:
+        self.runs = runs
+        self.batched = None
+        if batched:
+            cfg = runs[0].cfg
+            self.batched = make_batched_env(cfg.env, len(runs), device=str(runs[0].loop.device))
+
+    @staticmethod
+    def episode_seed(run: _Run) -> int:
+        """Seed of the batched episode a run starts now: a hash of (train seed, env steps), < 2**31."""
+        base = run.cfg.run.seed + run.cfg.env.seed_offset
+        return int((base * 1_000_003 + run.loop.env_steps * 7_919) % (2**31 - 1))
+
+    def reset(self, r: int) -> np.ndarray:
+        """Start run r's next episode; its obs_NO."""
+        run = self.runs[r]
+        if self.batched is None:
+            return run.loop.envs[0].reset()
+        return self.batched.reset([self.episode_seed(run)], games=[r])[r].cpu().numpy()
+
+    def first_reset(self, r: int) -> np.ndarray:
+        """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
+        if self.batched is None:
+            return self.runs[r].loop.reset_envs()[0]
+        return self.reset(r)
+
+    def step(self, actions_RN: np.ndarray, live: list[int], guarded: Any) -> dict[int, StepResult]:
+        """Step every live run's game; a run whose env raises stops (``guarded``)."""
+        if self.batched is None:
+            out = {}
+            for r in live:
+                run = self.runs[r]
+                with run.loop.timer("env"):
+                    res = guarded(r, "env step", run.loop.envs[0].step, actions_RN[r])
+                if res is not None:
+                    out[r] = res
+            return out
+        t0 = time.perf_counter()
+        b = self.batched.step(actions_RN)
+        obs, rew = b.obs_ENO.cpu().numpy(), b.reward_EN.cpu().numpy()
+        term, cut, alive = b.terminated_EN.cpu().numpy(), b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy()
+        over = b.episode_over_E.cpu().numpy()
+        dt = (time.perf_counter() - t0) / max(len(live), 1)
+        out = {}
+        for r in live:
+            self.runs[r].loop.timer.total["env"] = self.runs[r].loop.timer.total.get("env", 0.0) + dt
+            out[r] = StepResult(obs[r], rew[r], term[r], cut[r], alive[r], bool(over[r]))
+        return out
+
+    def close(self) -> None:
+        if self.batched is not None:
+            self.batched.close()
+
+
+def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray | None) -> None:
+    """Store the fragment's own rows, then relay surprising ones (``dqn.store_fragment`` / ``relay_fragment``)."""
+    legacy = run.insertion.rule == "legacy"
+    with run.loop.timer("store"):
+        store_fragment(run.buffer, run.frag, policy_of_agent_N, td_NT if legacy else None, run.insertion)
+    if run.relay is not None and run.relay.active and td_NT is not None:
+        with run.loop.timer("relay"):
+            plan = relay_fragment(run.buffer, run.frag, run.relay, td_NT)
+            run.relay_fraction.append(plan.fraction_N)
+            run.relay_received += plan.received_N
+
+
+def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[np.ndarray]:
+    return [np.zeros_like(x) for x in frag.grouped(n_pol)]
+
+
+def _stack(parts: list[np.ndarray | None], like: np.ndarray) -> np.ndarray:
+    """Concatenate per-run [P, B, ...] arrays along P; a stopped run's slot is zeros (zero loss weight)."""
+    return np.concatenate([np.zeros_like(like) if p is None else p for p in parts])

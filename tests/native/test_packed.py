@@ -1,0 +1,172 @@
+"""Packed runs: each run of a pack trains exactly as the same run alone (pack of one), and survives a failing run."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from suPER import config as C
+from suPER.native import dqn
+from suPER.native.packed import check_packable, train_pack
+from suPER.runs import RunFolder
+
+TINY = {"env.horizon": 20, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3,
+        "env.kwargs.n_evaders": 4, "dqn.hiddens": 16, "dqn.batch_size": 8, "dqn.buffer_size": 400,
+        "dqn.learning_starts": 40, "dqn.target_update_freq": 100, "dqn.epsilon_timesteps": 400,
+        "relay.window": 50, "relay.bandwidth": 0.3, "run.eval_episodes": 1, "run.device": "cpu", "run.threads": 1}
+"""Tiny pursuit with the paper's conv dueling network: 3 pursuers on an 8x8 map, batch 8."""
+
+
+def tiny_cfg(seed: int, relay: bool, updates: int, tmp: Path, **extra: Any) -> C.ExperimentConfig:
+    """A run with ``updates`` updates (one per 4-step fragment after learning_starts) and 5 (1) evaluations after step 0."""
+    steps = 40 + 4 * updates
+    named = {"run.seed": seed, "relay.enabled": relay, "run.num_timesteps": steps,
+             "run.eval_interval": steps // (5 if updates >= 50 else 1),
+             "run.out": str(tmp)}
+    return C.resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
+
+
+def pack_of(cfgs: list[C.ExperimentConfig], sub: str, batched_env: bool = False) -> list[Any]:
+    """Train ``cfgs`` as one pack under ``tmp/sub`` (single-game envs unless ``batched_env``)."""
+    folders = [RunFolder(Path(c.run.out) / sub / c.run_name) for c in cfgs]
+    return train_pack(cfgs, folders, batched_env=batched_env)
+
+
+def record(cfg: C.ExperimentConfig, sub: str) -> dict[str, Any]:
+    """What a run left: its metrics rows and its last checkpoint (replay rows, generators, nets, Adam)."""
+    path = Path(cfg.run.out) / sub / cfg.run_name
+    with (path / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    latest = torch.load(path / "checkpoints" / "latest.pt", weights_only=True)
+    return {"rows": rows, "trainer": latest["trainer"], "final": torch.load(path / "checkpoints" / "final.pt",
+                                                                            weights_only=True)}
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Bit-equal nested checkpoints (tensors, numbers, generator states)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def check_pack_equals_alone(tmp_path: Path, updates: int, n_runs: int = 3, batched_env: bool = False) -> None:
+    """Seeds 1.. n_runs; the last run without relay (no sharing), the others SUPER quantile."""
+    cfgs = [tiny_cfg(1 + i, i < n_runs - 1, updates, tmp_path) for i in range(n_runs)]
+    out = pack_of(cfgs, "pack", batched_env)
+    assert all(not isinstance(s, BaseException) for s in out), out
+    for cfg in cfgs:
+        assert pack_of([cfg], "alone", batched_env)[0].env_steps == cfg.run.num_timesteps
+    recs = {sub: [record(c, sub) for c in cfgs] for sub in ("pack", "alone")}
+    for p, a in zip(recs["pack"], recs["alone"]):
+        assert p["trainer"]["updates"] == updates
+        # same actions and replay contents (rows, priorities, generator states), same nets and Adam state
+        assert_same(p["trainer"], a["trainer"], "latest.pt")
+        assert_same(p["final"], a["final"], "final.pt")
+        for rp, ra in zip(p["rows"], a["rows"], strict=True):
+            for k in ("env_steps", "team_return_mean", "epsilon", "updates", "fraction_shared_mean"):
+                assert rp.get(k) == ra.get(k), k
+            if rp["loss"] != "nan":
+                assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6
+    # the runs are not copies of each other: seeds and relay settings reach their own slot
+    first, last = recs["pack"][0]["trainer"], recs["pack"][-1]["trainer"]
+    assert not torch.equal(first["replay"]["actions"], last["replay"]["actions"])
+    assert int(first["relay_received"].sum()) > 0 and last["relay"] is None
+
+
+def test_pack_of_two_equals_each_run_alone(tmp_path: Path) -> None:
+    """The cheap default variant (2 runs, 8 updates) of the slow checks below."""
+    check_pack_equals_alone(tmp_path, updates=8, n_runs=2)
+
+
+def test_pack_on_the_batched_env_equals_each_run_alone_on_it(tmp_path: Path) -> None:
+    """R runs stepping R games of VecPursuitEnv: each run as if packed alone (one game), bit for bit."""
+    check_pack_equals_alone(tmp_path, updates=8, n_runs=2, batched_env=True)
+
+
+@pytest.mark.slow
+def test_pack_of_three_equals_each_run_alone_50_updates(tmp_path: Path) -> None:
+    check_pack_equals_alone(tmp_path, updates=50)
+
+
+@pytest.mark.slow
+def test_pack_of_three_equals_each_run_alone_500_updates(tmp_path: Path) -> None:
+    check_pack_equals_alone(tmp_path, updates=500)
+
+
+def test_acting_and_init_equal_the_unpacked_trainer(tmp_path: Path) -> None:
+    """Until learning starts, a packed run is dqn.train's run: same init, acting, replay rows and step-0 row."""
+    cfg = tiny_cfg(4, True, 0, tmp_path)  # 40 env steps, no update
+    pack_of([cfg], "pack")
+    folder = RunFolder(tmp_path / "unpacked" / cfg.run_name)
+    dqn.train(cfg, folder)
+    p, u = record(cfg, "pack"), record(cfg, "unpacked")
+    assert_same(p["trainer"]["q_net"], u["trainer"]["q_net"], "q_net")
+    assert_same(p["trainer"]["replay"], u["trainer"]["replay"], "replay")
+    assert_same(p["trainer"]["rng"], u["trainer"]["rng"], "rng")
+    assert [r["team_return_mean"] for r in p["rows"]] == [r["team_return_mean"] for r in u["rows"]]
+
+
+def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfgs = [tiny_cfg(1, True, 4, tmp_path), tiny_cfg(2, False, 4, tmp_path)]
+    from suPER import loop as loop_mod
+
+    made: list[Any] = []
+    real_init = loop_mod.RunLoop.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        made.append(self)
+        if len(made) == 1:  # the first run's training env breaks after 48 steps (after 2 updates)
+            env, calls = self.envs[0], [0]
+            step = env.step
+
+            def broken(actions: np.ndarray) -> Any:
+                calls[0] += 1
+                if calls[0] > 48:
+                    raise RuntimeError("env exploded")
+                return step(actions)
+
+            env.step = broken
+
+    monkeypatch.setattr(loop_mod.RunLoop, "__init__", init)
+    out = pack_of(cfgs, "pack")
+    monkeypatch.undo()
+    assert isinstance(out[0], RuntimeError) and "exploded" in str(out[0])
+    assert out[1].env_steps == cfgs[1].run.num_timesteps
+    pack_of([cfgs[1]], "alone")
+    assert_same(record(cfgs[1], "pack")["trainer"], record(cfgs[1], "alone")["trainer"], "survivor")
+
+
+def test_unpackable_runs_are_refused(tmp_path: Path) -> None:
+    a, b = tiny_cfg(1, True, 10, tmp_path), tiny_cfg(2, True, 10, tmp_path, **{"dqn.lr": 1e-3})
+    with pytest.raises(ValueError, match="differ in dqn.lr"):
+        check_packable([a, b])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_pack_equals_each_run_alone_on_cuda(tmp_path: Path) -> None:
+    """On CUDA (batched pursuit on the device, fused Adam): same replay rows and losses as each run alone."""
+    cfgs = [tiny_cfg(1 + i, i == 0, 50, tmp_path, **{"run.device": "cuda"}) for i in range(2)]
+    assert all(not isinstance(s, BaseException) for s in pack_of(cfgs, "pack", batched_env=True))
+    for cfg in cfgs:
+        pack_of([cfg], "alone", batched_env=True)
+        p, a = record(cfg, "pack"), record(cfg, "alone")
+        assert_same(p["trainer"]["replay"], a["trainer"]["replay"], "replay")
+        for rp, ra in zip(p["rows"], a["rows"], strict=True):
+            if rp["loss"] != "nan":
+                assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6

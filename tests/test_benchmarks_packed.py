@@ -1,0 +1,24 @@
+"""Smoke test of benchmarks/packed.py --quick (subprocesses for the separate runs: a few minutes on 2 busy cores)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_packed_benchmark_quick(tmp_path: Path) -> None:
+    out = tmp_path / "packed.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "packed.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "packed/separate aggregate throughput (R=2, cpu): " in proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert [r["R"] for r in results if r["device"] == "cpu"] == [1, 2]
+    assert all(r["packed_sps"] > 0 and r["separate_sps"] > 0 for r in results)
