@@ -41,7 +41,7 @@ def q_of_actions(q_XA: torch.Tensor, action_X: torch.Tensor) -> torch.Tensor:
 
 
 def td_target(reward_X: torch.Tensor, done_X: torch.Tensor, q_next_target_XA: torch.Tensor,
-              q_next_online_XA: torch.Tensor | None, gamma: float) -> torch.Tensor:
+              q_next_online_XA: torch.Tensor | None, gamma: float | torch.Tensor) -> torch.Tensor:
     """Bootstrapped TD target ``y = r + gamma * (1 - d) * Q_target(o', a*)``.
 
     ``a* = argmax_a Q_online(o', a)`` for double DQN (van Hasselt et al. 2016: the online net picks the
@@ -53,7 +53,8 @@ def td_target(reward_X: torch.Tensor, done_X: torch.Tensor, q_next_target_XA: to
         done_X: 1.0 where ``o'`` is terminal (no bootstrap), else 0.0 ``[...]``.
         q_next_target_XA: target-network Q-values of ``o'`` ``[..., A]``.
         q_next_online_XA: online-network Q-values of ``o'`` ``[..., A]`` (double DQN), or None (DQN).
-        gamma: discount of the bootstrap term (``gamma ** n`` for n-step returns).
+        gamma: discount of the bootstrap term (``gamma ** n`` for n-step returns); a tensor broadcasting
+            against ``[...]`` gives each leading index its own (packed runs: one gamma per run).
 
     Returns:
         ``y`` ``[...]``; the caller detaches it (or computes it under ``torch.no_grad``).

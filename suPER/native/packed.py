@@ -15,7 +15,7 @@ Read top to bottom like ``dqn.train``: per run seed -> loop -> net init -> buffe
 then the pack's nets and optimizer; then the loop, one rollout fragment per iteration, in the same phase
 order: act, step, record (each env step), TD for the relay, store, relay, learn, sync target, checkpoint.
 
-Loss per policy (as ``dqn.train``): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
+Loss per policy (as ``dqn.train``, the same ``suPER.native.dqn_loss`` functions): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
 (1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
 and the gradient of ``sum L`` w.r.t. run r's slice is run r's own gradient, so this is R separate
 Adams, provided all runs update at the same fragments (one shared step counter per tensor): a pack
@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
@@ -52,7 +51,9 @@ from suPER.envs import BATCHED_ENVS, StepResult, make_batched_env
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
+from suPER.native import dqn_loss
 from suPER.native.dqn import Fragment, relay_fragment, store_fragment
+from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.runs import Logger, RunFolder, Summary
 
@@ -202,7 +203,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         return greedy_batch
 
     def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
-        return q_PBA.gather(-1, torch.as_tensor(actions, device=device)[..., None])[..., 0]
+        return q_of_actions(q_PBA, torch.as_tensor(actions, device=device))
 
     @torch.no_grad()
     def td_target(rewards, next_obs, dones, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
@@ -210,10 +211,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         q_next_target = q_values(target_net, next_obs)
         if d0.double_q:
             q_next_online = q_values(q_net, next_obs) if q_next_online is None else q_next_online
-        a_star = (q_next_online if d0.double_q else q_next_target).argmax(-1, keepdim=True)
-        bootstrap = q_next_target.gather(-1, a_star)[..., 0]
-        return (torch.as_tensor(rewards, device=device)
-                + gamma_P1 * (1.0 - torch.as_tensor(dones, device=device)) * bootstrap)
+        return dqn_loss.td_target(torch.as_tensor(rewards, device=device), torch.as_tensor(dones, device=device),
+                                  q_next_target, q_next_online if d0.double_q else None, gamma_P1)
 
     @torch.no_grad()
     def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
@@ -335,7 +334,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 q_sa = taken(q_values(q_net, obs), actions)
                 td = q_sa - td_target(rewards, next_obs, dones)
                 weights_t = torch.as_tensor(weights, device=device)
-                loss_P = (weights_t * F.huber_loss(td, torch.zeros_like(td), reduction="none", delta=1.0)).mean(-1)
+                loss_P = dqn_loss.weighted_loss(td, weights_t)
                 optimizer.zero_grad(set_to_none=True)
                 loss_P.sum().backward()
                 clip_grad_norm_per_policy(q_net, d0.grad_clip)
