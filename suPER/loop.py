@@ -50,10 +50,9 @@ import numpy as np
 import torch
 
 from suPER.config import ExperimentConfig, without_volatile
-from suPER.envs import MultiAgentEnv
+from suPER.envs import MultiAgentEnv, make_batch, make_env
 from suPER.envs.base import BatchedMultiAgentEnv
 from suPER.evaluation import BatchActFn, BatchResetFn, episode_seeds, evaluate_episodes
-from suPER.opponents import make_batch, make_env
 from suPER.runs import (
     CSVMetrics,
     Logger,

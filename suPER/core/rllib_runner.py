@@ -40,8 +40,8 @@ import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
 from suPER.core.selection import SELECTION_RULES
+from suPER.envs import make_env
 from suPER.evaluation import evaluate
-from suPER.opponents import make_env
 from suPER.runs import (  # same Summary and W&B key names as the native backend
     CSVMetrics,
     Logger,
