@@ -9,7 +9,7 @@ Usage::
 For each env (pursuit, battle, adversarial_pursuit, with the YAML's settings and the shipped opponents) the
 native DDQN trainer's greedy batched act on a fresh paper network plays the same K seeded episodes
 (``episode_seeds``) both ways: ``run.eval_batch 0`` (one env, E = 1 per call) and ``run.eval_batch K``
-(``opponents.make_batch``: one learner forward and one opponent forward for all K games per step). It prints
+(``suPER.envs.make_batch``: one learner forward and one opponent forward for all K games per step). It prints
 
     eval speedup batched/sequential (<env>): <x>x
 
@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 from suPER import config as C
-from suPER import opponents as O
+from suPER.envs import make_batch, make_env
 from suPER.evaluation import episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 
-ENVS = ("pursuit", "battle", "adversarial_pursuit")
+ENVS = C.ENV_NAMES
 
 
 def greedy_act(cfg: C.ExperimentConfig, spec) -> object:
@@ -59,8 +59,8 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> d
     torch.manual_seed(seed)
     cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
-    single = O.make_env(cfg.env, seed=seed)
-    batch = O.make_batch(cfg.env, episodes, seed=seed)
+    single = make_env(cfg.env, seed=seed)
+    batch = make_batch(cfg.env, episodes, seed=seed)
     try:
         act = greedy_act(cfg, single.spec)
         t0 = time.perf_counter()

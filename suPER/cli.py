@@ -427,10 +427,10 @@ def print_table(title: str, columns: list[str], rows: list[list[str]], notes: tu
 @app.command()
 def envs() -> None:
     """List the environments with their learners, opponents and spaces."""
-    from suPER.envs import env_info
+    from suPER.envs import ENVS, env_info
 
     rows = []
-    for name in C.ENV_NAMES:
+    for name in ENVS:
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]
@@ -915,7 +915,7 @@ def reproduce(
 
 
 # --------------------------------------------------------------------------------------------------
-# opponents: train the fixed opponent teams by self-play, play matches (suPER/selfplay.py, opponents.py)
+# opponents: train the fixed opponent teams by self-play, play matches (suPER/selfplay.py, suPER/opponents/)
 
 opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of battle / adversarial_pursuit: "
                             "train them by self-play, evaluate teams against them.")

@@ -1,22 +1,13 @@
 """The environment registry: one ``EnvRecord`` per environment, carried by its adapter class.
 
 An adapter class declares what the rest of the suite needs to know about its environment as one
-class attribute ``record = EnvRecord(...)`` (plus the classmethod ``constructor_kwargs``); every
-table that used to list environments by name derives from the registry instead:
-
-    ========================================  ===============================================
-    was                                        now
-    ========================================  ===============================================
-    ``envs.ENVS`` / ``_HAS_OPPONENTS``         ``ENVS`` / ``record.has_opponents``
-    ``opponents.OPPONENT_ENVS``                ``opponent_env_names()``
-    ``opponents.OUTCOME[env]``                 ``record.outcome``
-    ``selfplay.WIN_DEFINITION[env]``           ``record.win_definition``
-    ``cli.OPPONENT_TRAIN_BUDGET[env]``         ``record.opponent_train_budget``
-    ``core.relay.SENDER_SIDE_PRIORITIES``      ``record.sender_side_priorities``
-    ``envs.BATCHED_ENVS[env]``                 ``record.batched``
-    ``check.accepted_kwargs``' if/elif         ``adapter.constructor_kwargs()``
-    ``config.ENV_NAMES``                       the YAML files ``experiments/envs/*.yaml``
-    ========================================  ===============================================
+class attribute ``record = EnvRecord(...)`` (plus the classmethod ``constructor_kwargs``, the library's
+argument names). Everything that lists or distinguishes environments derives from the registry: the
+registered names (``ENVS``), the envs with an opponent team (``opponent_env_names``) and the opponent kinds
+they resolve, match outcomes (``record.outcome``), the opponent cards' win definition, the self-play budget
+of ``opponents train``, the relay's legacy sender-side flag (``sender_side_priorities``), the batched
+version (``make_batched_env``) and the ``env.kwargs`` check (``suPER.envs.check``). ``suPER.config``, which may
+import no env library, lists the env names from their YAML files (``config.ENV_NAMES``).
 
 ``register`` checks a record when its adapter is registered (``suPER/envs/__init__.py``), so a
 forgotten fact fails on import with a message naming the adapter and the fact, never as a
