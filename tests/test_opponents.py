@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from suPER import config as C
 from suPER import opponents as O
 from suPER.cli import main
-from suPER.envs import make_env
+from suPER.envs import make_env, opponent_env_names
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
 
@@ -193,7 +193,7 @@ def test_opponents_train_and_eval_cli_smoke(tmp_path: Path, capsys: pytest.Captu
     assert "team win rate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["battle", "adversarial_pursuit"])
+@pytest.mark.parametrize("name", opponent_env_names())
 def test_shipped_opponents_beat_random(name: str) -> None:
     """The shipped file loads against the env and its team beats a random team on fixed seeded episodes
     (the card's claim, re-checked on 4 episodes from seed 20001; horizon cut to 100 steps for speed)."""

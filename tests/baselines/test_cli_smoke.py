@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from suPER.envs import env_info
+from suPER.envs import ENVS, env_info
 
 
 @pytest.mark.parametrize("algo", ["maddpg", "qmix"])
-@pytest.mark.parametrize("env", ["pursuit", "battle", "adversarial_pursuit"])
+@pytest.mark.parametrize("env", list(ENVS))
 def test_train_each_env(tmp_path: Path, env: str, algo: str) -> None:
     small = {"maddpg": ["--set", "maddpg.buffer_size=500", "--set", "maddpg.rollout_fragment_length=8"],
              "qmix": ["--set", "qmix.buffer_episodes=20"]}[algo]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER.envs import make_batch, make_env
+from suPER.envs import make_batch, make_env, opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import episode_seeds, evaluate_episodes, play_episodes
 from suPER.models import BatchedQNet
@@ -52,8 +52,7 @@ def assert_same(a, b):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
 
 
-@pytest.mark.parametrize("name,opponent", [("battle", "pretrained"), ("adversarial_pursuit", "pretrained"),
-                                           ("battle", "random")])
+@pytest.mark.parametrize("name,opponent", [*((n, "pretrained") for n in opponent_env_names()), ("battle", "random")])
 def test_magent_batched_equals_sequential(name, opponent):
     cfg = env_cfg(name, opponent, horizon=30)
     seeds = episode_seeds(11, 3, 5)

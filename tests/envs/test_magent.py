@@ -8,7 +8,7 @@ import supersuit as ss
 from magent2.environments import adversarial_pursuit_v4, battle_v4
 
 from suPER.config import EnvConfig, load_env_defaults
-from suPER.envs import build_adapter, make_env
+from suPER.envs import build_adapter, env_info, make_env
 from suPER.envs.base import RandomOpponent
 from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
 
@@ -271,6 +271,12 @@ def test_same_seed_same_trajectory(cls: type[MAgentEnv], kwargs: dict) -> None:
         np.testing.assert_array_equal(x, y)
     if cls is AdversarialPursuitEnv:  # random placement: another seed gives another map
         assert not np.array_equal(a[0], trajectory(5)[0])
+
+
+def test_env_info_describes_the_learning_and_the_opponent_team() -> None:
+    info = env_info("adversarial_pursuit")
+    assert (info["team"], info["opponent_n_actions"], info["obs_dtype"]) == ("prey", 13, "float16")
+    assert len(info["opponent_ids"]) == 4 and info["opponent_obs_shape"] == [10, 10, 5]
 
 
 def test_make_env_seeds_random_opponent_and_rejects_unknown() -> None:
