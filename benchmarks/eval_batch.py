@@ -34,11 +34,11 @@ import numpy as np
 import torch
 
 from suPER import config as C
-from suPER import opponents as O
+from suPER.envs import make_env
 from suPER.evaluation import episode_seeds, make_eval_batch, play_episodes
 from suPER.models import BatchedQNet
 
-ENVS = ("pursuit", "battle", "adversarial_pursuit")
+ENVS = C.ENV_NAMES
 
 
 def greedy_act(cfg: C.ExperimentConfig, spec) -> object:
@@ -61,7 +61,7 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> d
     torch.manual_seed(seed)
     cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
-    single = O.make_env(cfg.env, seed=seed)
+    single = make_env(cfg.env, seed=seed)
     batch = make_eval_batch(cfg.env, episodes, seed=seed)
     try:
         act = greedy_act(cfg, single.spec)

@@ -240,7 +240,7 @@ def train(
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
-            from suPER.opponents import check_opponent
+            from suPER.envs import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
             check_with_env(cfg, labels)
@@ -419,10 +419,10 @@ def print_table(title: str, columns: list[str], rows: list[list[str]], notes: tu
 @app.command()
 def envs() -> None:
     """List the environments with their learners, opponents and spaces."""
-    from suPER.envs import env_info
+    from suPER.envs import ENVS, env_info
 
     rows = []
-    for name in C.ENV_NAMES:
+    for name in ENVS:
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]
@@ -907,7 +907,7 @@ def reproduce(
 
 
 # --------------------------------------------------------------------------------------------------
-# opponents: train the fixed opponent teams by self-play, play matches (suPER/selfplay.py, opponents.py)
+# opponents: train the fixed opponent teams by self-play, play matches (suPER/selfplay.py, suPER/opponents/)
 
 opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of battle / adversarial_pursuit: "
                             "train them by self-play, evaluate teams against them.")
@@ -916,10 +916,6 @@ app.add_typer(opponents_app, name="opponents")
 from suPER.population.cli import population_app  # noqa: E402 - population training (suPER/population/)
 
 app.add_typer(population_app, name="population")
-
-OPPONENT_TRAIN_BUDGET = {"battle": 60_000, "adversarial_pursuit": 60_000}
-"""Default self-play budget in env steps: about an hour on 2 shared cores at 1 torch thread (measured
-~17 env steps/s for 12 learners, docs/decisions.md)."""
 
 
 @opponents_app.command("train")
@@ -943,8 +939,11 @@ def opponents_train(
     import shlex
 
     from suPER import selfplay
+    from suPER.envs import env_record, opponent_env_names
 
-    budget = num_timesteps if num_timesteps is not None else OPPONENT_TRAIN_BUDGET.get(env, 0)
+    # default: the env record's opponent_train_budget (about an hour on 2 shared cores, docs/decisions.md)
+    budget = num_timesteps if num_timesteps is not None else (
+        env_record(env).opponent_train_budget if env in opponent_env_names() else 0)
     if budget < 1:
         raise UserError(f"--num-timesteps: expected an integer >= 1, got {budget}")
     if eval_episodes < 1:
@@ -978,16 +977,17 @@ def opponents_eval(
 ) -> None:
     """Play a team against an opponent for N episodes: mean returns and win rate with 95% CIs."""
     from suPER import opponents as O
+    from suPER.envs import make_batch, opponent_env_names
     from suPER.loop import set_threads
 
-    if env not in O.OPPONENT_ENVS:
-        raise UserError(f"--env: expected one of {', '.join(O.OPPONENT_ENVS)}, got {env!r}")
+    if env not in opponent_env_names():
+        raise UserError(f"--env: expected one of {', '.join(opponent_env_names())}, got {env!r}")
     if episodes < 1:
         raise UserError(f"--episodes: expected an integer >= 1, got {episodes}")
     set_threads(threads)
     cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
                                         "env.opponent_allow_pickle": allow_pickle})
-    e = O.make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)
+    e = make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)
     try:
         s = O.play(e, O.team_policy(team, e, seed, allow_pickle), episodes, seed).summary(seed)
     finally:

@@ -30,8 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 """Repository root (the folder holding ``experiments/``)."""
 
 EXPERIMENTS_DIR = ROOT / "experiments"
-ENV_NAMES = ("pursuit", "battle", "adversarial_pursuit")
-"""The paper's three environments (registry keys; also the YAML file names)."""
+PAPER_ENVS = ("pursuit", "battle", "adversarial_pursuit")
+"""The paper's three environments in its order (figures and listings show them first)."""
+ENV_NAMES = tuple(sorted((p.stem for p in (EXPERIMENTS_DIR / "envs").glob("*.yaml")),
+                         key=lambda e: (PAPER_ENVS.index(e) if e in PAPER_ENVS else len(PAPER_ENVS), e)))
+"""Environment names = the YAML files ``experiments/envs/<name>.yaml`` (the paper's first, then A-Z). The env
+registry (``suPER.envs.ENVS``, which this module may not import) refuses an adapter without its YAML file, and
+``tests/envs/test_registry.py`` that a YAML file without an adapter."""
 
 
 class ConfigError(ValueError):

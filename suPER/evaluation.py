@@ -10,7 +10,7 @@ the run's evaluation seed, i and k, so an evaluation is reproducible from the ru
 (sequential) or E at a time on a ``BatchedMultiAgentEnv`` (one batched policy call for all E games per
 step). ``make_eval_batch`` builds the batch an evaluation plays on: pursuit's vectorized env
 (``VecPursuitEnv``, E games as tensors, no Python loop over games or agents) where one is registered in
-``BATCHED_ENVS``, else E adapters in lockstep (``opponents.make_batch``). On a lockstep batch the episodes
+``record.batched``, else E adapters in lockstep (``opponents.make_batch``). On a lockstep batch the episodes
 equal the sequential ones for a deterministic, batch-invariant policy; on the vectorized pursuit they
 equal the vectorized env's own one-at-a-time play and match the single game in distribution only (its
 draws are a counter-based hash, not PettingZoo's PCG64; docs/decisions.md).
@@ -42,7 +42,7 @@ def make_eval_batch(cfg: EnvConfig, num_games: int, seed: int | None = None,
                     device: str = "cpu") -> BatchedMultiAgentEnv:
     """The batch of ``num_games`` games an evaluation (or a match) plays its episodes on.
 
-    Envs with a vectorized version (``suPER.envs.BATCHED_ENVS``: pursuit) get it, on ``device``: one
+    Envs with a vectorized version (the env record's ``batched``: pursuit) get it, on ``device``: one
     tensor step for all games instead of E adapter steps, the env being what bounds a batched pursuit
     evaluation. The others (MAgent: battle, adversarial pursuit) get ``opponents.make_batch``, E adapters in
     lockstep with one opponent forward for all games.
@@ -57,10 +57,13 @@ def make_eval_batch(cfg: EnvConfig, num_games: int, seed: int | None = None,
     Returns:
         The batch; call ``reset(seeds, games)`` before stepping (``play_episodes`` does).
     """
-    from suPER.envs import BATCHED_ENVS, make_batched_env
-    from suPER.opponents import make_batch  # opponents imports this module
+    from suPER.envs import (  # envs.factory imports this module's users
+        env_record,
+        make_batch,
+        make_batched_env,
+    )
 
-    if cfg.name in BATCHED_ENVS:
+    if env_record(cfg.name).batched is not None:
         return make_batched_env(cfg, num_games, device=device)  # type: ignore[no-any-return]
     return make_batch(cfg, num_games, seed=seed)
 

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from suPER.config import ExperimentConfig, RunConfig, without_volatile
-from suPER.envs import MultiAgentEnv
+from suPER.envs import MultiAgentEnv, make_env
 from suPER.envs.base import BatchedMultiAgentEnv
 from suPER.evaluation import (
     BatchActFn,
@@ -62,7 +62,6 @@ from suPER.evaluation import (
     evaluate_episodes,
     make_eval_batch,
 )
-from suPER.opponents import make_env
 from suPER.runs import (
     CSVMetrics,
     Logger,

@@ -10,7 +10,7 @@ The last snapshot comes from ``checkpoints/final.pt``.
 
 Each snapshot k's opponent team (red / predators) then plays ``eval_episodes`` greedy episodes
 against a uniformly random team and against snapshot k-1's learning team (blue / prey); a random
-vs random match is the reference. Outcomes follow ``suPER.opponents.OUTCOME``.
+vs random match is the reference. Outcomes follow the env's ``record.outcome`` (``suPER.envs.record``).
 
 Selection rule: the **last** snapshot whose win rate against the random team has a 95% Wilson lower
 bound above 0.5 (it beats random in most episodes, with confidence). If no snapshot meets it, the
@@ -31,15 +31,13 @@ from typing import Any
 import torch
 
 from suPER import config as C
+from suPER.envs import env_record, make_batch, make_env, opponent_env_names
 from suPER.models import BatchedQNet
 from suPER.opponents import (
     MATCH_BATCH,
-    OPPONENT_ENVS,
     OPPONENTS_DIR,
     TeamMeta,
     load_team,
-    make_batch,
-    make_env,
     play,
     save_team,
     sha256,
@@ -67,8 +65,8 @@ def selfplay_config(env_name: str, num_timesteps: int, snapshots: int, seed: int
     Evaluation episodes are 0 (snapshots are evaluated in matches afterwards) and checkpoints leave out
     the replay buffers (a snapshot needs only the networks).
     """
-    if env_name not in OPPONENT_ENVS:
-        raise C.ConfigError(f"--env: expected one of {', '.join(OPPONENT_ENVS)}, got {env_name!r}")
+    if env_name not in opponent_env_names():
+        raise C.ConfigError(f"--env: expected one of {', '.join(opponent_env_names())}, got {env_name!r}")
     if snapshots < 1 or num_timesteps < snapshots:
         raise C.ConfigError(f"--snapshots: expected an integer in [1, num_timesteps], got {snapshots}")
     named = {"env.opponent": "learning", "run.seed": seed, "run.num_timesteps": num_timesteps,
@@ -200,14 +198,6 @@ def table_md(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-WIN_DEFINITION = {
-    "battle": "the team with more surviving agents at the end of the episode wins (a wiped-out team has 0); "
-              "equal numbers are a tie",
-    "adversarial_pursuit": "the predators win an episode when their team return is positive (tags, +1 each, "
-                           "outweigh the -0.2 of every tag action), lose when it is negative, tie at 0",
-}
-
-
 def write_card(path: Path, *, cfg: C.ExperimentConfig, command: str, chosen: dict[str, Any], rule_met: bool,
                weights: Path, rows: list[dict[str, Any]], summary: Any, train_wall_s: float, eval_wall_s: float,
                eval_episodes: int, eval_seed: int) -> None:
@@ -257,7 +247,7 @@ env YAML's hyperparameters (`experiments/envs/{cfg.env.name}.yaml`) except where
 ## How it was chosen
 
 Every snapshot's {cfg.env.name} opponent team played greedily against a uniformly random team and against the
-previous snapshot's learning team. Win: {WIN_DEFINITION[cfg.env.name]}. Selection rule: {rule}.
+previous snapshot's learning team. Win: {env_record(cfg.env.name).win_definition}. Selection rule: {rule}.
 Rates have 95% Wilson intervals; returns 95% percentile-bootstrap intervals (`scipy.stats.bootstrap`).
 All numbers are from the opponent's point of view.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ PKG = ROOT / "suPER"
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "config.py": ("torch", "ray", "wandb", "suPER."),
     "algorithms.py": ("torch", "ray", "wandb", "suPER."),  # a pure leaf: config.py imports it
-    "envs": ("suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
+    "envs": ("suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "suPER.opponents",
+             "suPER.evaluation", "suPER.loop", "wandb", "ray", "torch"),
     "models": ("suPER.envs", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray"),
     "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
     "core/selection.py": ("suPER.", "wandb", "ray", "torch"),  # a pure leaf: config.py imports it
@@ -30,7 +32,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "core/rllib_buffer.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.models", "wandb"),
     "core/rllib_runner.py": ("suPER.native", "suPER.cli", "wandb"),
     "core/rllib_model.py": ("suPER.native", "suPER.cli", "suPER.envs", "suPER.replay", "wandb"),
-    "opponents.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.campaigns", "suPER.cli", "ray", "wandb"),
+    "opponents": ("suPER.native", "suPER.core", "suPER.replay", "suPER.campaigns", "suPER.cli", "suPER.selfplay",
+                  "ray", "wandb"),
     "selfplay.py": ("suPER.native", "suPER.core", "suPER.replay", "suPER.cli", "ray", "wandb"),
     "runs.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "ray"),
     "campaigns": ("suPER.models", "suPER.replay", "suPER.core.relay", "suPER.envs", "suPER.cli"),
@@ -45,6 +48,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 ALLOWED: dict[str, tuple[str, ...]] = {
     "envs/vec_pursuit.py": ("torch",),  # issue 15: games as tensors on a device; imported lazily by make_batched_env
+    "envs/factory.py": ("suPER.opponents",),  # make_env loads a network opponent at call time (issue 14)
     "config.py": ("suPER.core.selection",  # the selection-rule registry declares relay.* fields (issue 14)
                   "suPER.algorithms"),  # the algorithm records are registered next to their config sections
 }
@@ -54,20 +58,41 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 LAZY_RESOLVER = "campaigns/execute.py"
 """The one module that imports the registries' ``"module:function"`` trainer strings (``trainer_for``)."""
 
+TRAINER_ENTRIES = {e for s in ALGORITHMS.values() for e in s.trainers.values()}
+"""the algorithm records' trainer strings: an arrow of ``LAZY_RESOLVER``, not of the module that spells them"""
+
+LAZY_SPEC = re.compile(r"(suPER(?:\.\w+)+):\w+")
+"""``"suPER.pkg.module:Name"`` strings: registry entries imported at call time (``record.batched``, loaders)"""
+
 
 def lazy_imports() -> dict[str, set[str]]:
     """file under suPER/ -> modules it imports through ``resolve_entry_point`` (hidden from the ast check)."""
-    return {LAZY_RESOLVER: {e.partition(":")[0] for s in ALGORITHMS.values() for e in s.trainers.values()}}
+    return {LAZY_RESOLVER: {e.partition(":")[0] for e in TRAINER_ENTRIES}}
 
 
 def imports_of(path: Path) -> set[str]:
+    """Modules a file imports: import statements anywhere (also inside functions), string literals passed to
+    ``importlib.import_module``, ``"suPER.module:Name"`` registry strings (imported later by their user), and
+    for ``LAZY_RESOLVER`` the trainers it resolves."""
     names: set[str] = set(lazy_imports().get(str(path.relative_to(PKG)), ())) if path.is_relative_to(PKG) else set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str) and ast.unparse(node.func).endswith("import_module")):
+            names.add(node.args[0].value)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and LAZY_SPEC.fullmatch(node.value)
+              and node.value not in TRAINER_ENTRIES):
+            names.add(node.value.split(":")[0])
     return names
+
+
+def test_hidden_import_arrows_are_seen() -> None:
+    """The lazy arrows are part of the graph: make_env -> the network opponent, pursuit -> its batched version."""
+    assert {"suPER.opponents.team_file", "suPER.opponents.policy"} <= imports_of(PKG / "envs" / "factory.py")
+    assert "suPER.envs.vec_pursuit" in imports_of(PKG / "envs" / "pursuit.py")
 
 
 @pytest.mark.parametrize("module", sorted(FORBIDDEN))

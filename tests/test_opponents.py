@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from suPER import config as C
 from suPER import opponents as O
 from suPER.cli import main
+from suPER.envs import make_env, opponent_env_names
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
 
@@ -65,7 +66,7 @@ def test_team_file_round_trip_float16(tmp_path: Path) -> None:
 def test_bad_files_fail_with_one_line_naming_file_and_shapes(tmp_path: Path) -> None:
     path, _ = team(tmp_path, hiddens=32)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    env = O.make_env(env_cfg("battle"))  # battle's red team: 6 agents, (13, 13, 5), 21 actions
+    env = make_env(env_cfg("battle"))  # battle's red team: 6 agents, (13, 13, 5), 21 actions
     try:
         with pytest.raises(O.OpponentFileError) as exc:
             O.load_team(path, env)
@@ -120,8 +121,8 @@ def test_original_pickle_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtur
     path.write_bytes(pickle.dumps(weights))
     cfg = env_cfg("adversarial_pursuit", opponent=str(path))
     with pytest.raises(O.OpponentFileError, match="--allow-pickle"):
-        O.make_env(cfg)
-    env = O.make_env(replace(cfg, opponent_allow_pickle=True), seed=3)
+        make_env(cfg)
+    env = make_env(replace(cfg, opponent_allow_pickle=True), seed=3)
     try:
         assert "warning" in capsys.readouterr().err
         loaded = env.opponent.net  # type: ignore[attr-defined]
@@ -152,7 +153,7 @@ def test_greedy_actions_are_deterministic_and_epsilon_is_seeded(tmp_path: Path) 
 
 def test_env_with_file_opponent_plays_and_counts_outcomes(tmp_path: Path) -> None:
     path, _ = team(tmp_path, hiddens=32)
-    env = O.make_env(env_cfg("adversarial_pursuit", opponent=str(path), horizon=15), seed=5)
+    env = make_env(env_cfg("adversarial_pursuit", opponent=str(path), horizon=15), seed=5)
     try:
         assert isinstance(env.opponent, O.NetworkOpponent)  # type: ignore[attr-defined]
         res = O.play(env, O.team_policy("random", env, 5), 3, seed=5)
@@ -192,20 +193,20 @@ def test_opponents_train_and_eval_cli_smoke(tmp_path: Path, capsys: pytest.Captu
     assert "team win rate" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["battle", "adversarial_pursuit"])
+@pytest.mark.parametrize("name", opponent_env_names())
 def test_shipped_opponents_beat_random(name: str) -> None:
     """The shipped file loads against the env and its team beats a random team on fixed seeded episodes
     (the card's claim, re-checked on 4 episodes from seed 20001; horizon cut to 100 steps for speed)."""
     path = O.OPPONENTS_DIR / f"{name}.safetensors"
     card = (O.OPPONENTS_DIR / f"{name}.card.md").read_text()
     assert O.sha256(path) in card
-    env = O.make_env(env_cfg(name, opponent="pretrained", horizon=100), seed=20_001)
+    env = make_env(env_cfg(name, opponent="pretrained", horizon=100), seed=20_001)
     try:
         assert isinstance(env.opponent, O.NetworkOpponent)  # type: ignore[attr-defined]
         res = O.play(env, O.team_policy("random", env, 20_001), 4, seed=20_001)
     finally:
         env.close()
-    random_env = O.make_env(env_cfg(name, opponent="random", horizon=100), seed=20_001)
+    random_env = make_env(env_cfg(name, opponent="random", horizon=100), seed=20_001)
     try:
         ref = O.play(random_env, O.team_policy("random", random_env, 20_001), 4, seed=20_001)
     finally:

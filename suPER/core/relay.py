@@ -51,10 +51,6 @@ MODES = mode_names()
 RELAY_SEED_OFFSET = seeds.RELAY_SEED_OFFSET
 """The relay's generator is seeded with the run seed + this, on every backend (``suPER.seeds``)."""
 
-SENDER_SIDE_PRIORITIES = {"pursuit": False, "battle": True, "adversarial_pursuit": True}
-"""Envs whose original config used worker-side prioritization (only matters for legacy priorities);
-other envs (any RLlib MultiAgentEnv) count as False."""
-
 PAPER_FLAGS = {"relay.mode": "--suPER_mode", "relay.bandwidth": "--suPER_bandwidth", "relay.window": "--suPER_window",
                "relay.insertion_priority": "--suPER_insertion_priority"}
 """How ``Relay``'s own checks name its settings when no labels are passed (the paper's flags)."""
@@ -167,12 +163,13 @@ class InsertionPolicy:
     eps: float = 1e-6
     """the buffer's priority epsilon (``dqn.per_eps``)"""
     sender_side: bool = False
-    """the env used worker-side prioritization in the original (``SENDER_SIDE_PRIORITIES``)"""
+    """the env used worker-side prioritization in the original (its env record's ``sender_side_priorities``,
+    ``suPER.envs.record.sender_side_priorities``)"""
 
     @classmethod
-    def from_config(cls, rc: RelayConfig, env_name: str | None, per_eps: float) -> InsertionPolicy:
+    def from_config(cls, rc: RelayConfig, per_eps: float, sender_side: bool = False) -> InsertionPolicy:
         """The policy of a run: ``rc.insertion_priority``, ``per_eps`` and the env's sender-side flag."""
-        return cls(rc.insertion_priority, float(per_eps), SENDER_SIDE_PRIORITIES.get(env_name or "", False))
+        return cls(rc.insertion_priority, float(per_eps), bool(sender_side))
 
     def priorities(self, td_abs_K: np.ndarray, receiver_K: np.ndarray) -> np.ndarray | None:
         """``insertion_priorities`` with this policy's rule, eps and sender-side flag."""
@@ -211,7 +208,7 @@ class Relay:
 
     @classmethod
     def from_config(cls, rc: RelayConfig, agent_ids: Sequence[str], *, seed: int | None, per_eps: float,
-                    env_name: str | None = None, team: str | Sequence[str] | None = None,
+                    sender_side: bool = False, team: str | Sequence[str] | None = None,
                     exclude: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> Relay:
         """The relay of a run, the same on every backend.
 
@@ -220,7 +217,8 @@ class Relay:
             agent_ids: the N sharing policies/modules in array order.
             seed: the run seed; the relay's generator gets ``seed + RELAY_SEED_OFFSET`` (None: unseeded).
             per_eps: the receiver buffers' priority epsilon (``dqn.per_eps``) for sender/legacy priorities.
-            env_name: the paper env's name (decides the legacy rule's sender-side flag); None for other envs.
+            sender_side: the env's ``record.sender_side_priorities`` (the legacy rule's sender-side flag; the
+                trainer looks it up with ``suPER.envs.record.sender_side_priorities``); False for other envs.
             team: overrides ``rc.team`` (RLlib accepts a list of module ids); None: ``rc.team`` ("" = all).
             exclude: ids that never take part (fixed opponents, non-trainable modules).
             labels: dotted key -> the flag as typed, for error messages.
@@ -229,7 +227,7 @@ class Relay:
         return cls(agent_ids, mode=rc.mode, bandwidth=float(rc.bandwidth), window=int(rc.window),
                    team=(team if team is not None else rc.team) or None, exclude=exclude,
                    rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET), params=params,
-                   insertion=InsertionPolicy.from_config(rc, env_name, per_eps), labels=labels)
+                   insertion=InsertionPolicy.from_config(rc, per_eps, sender_side), labels=labels)
 
     @property
     def active(self) -> bool:

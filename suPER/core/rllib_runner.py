@@ -41,8 +41,8 @@ import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
 from suPER.core.selection import SELECTION_RULES
+from suPER.envs import make_env
 from suPER.evaluation import evaluate
-from suPER.opponents import make_env
 from suPER.runs import Logger, RunFolder, Summary
 
 if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training

@@ -445,9 +445,12 @@ def relay_from_config(config: suPERDQNConfig, module_ids: Sequence[str], exclude
         module_ids: the sharing modules in array order.
         exclude: modules that never take part (non-trainable).
     """
+    from suPER.envs.record import sender_side_priorities
+
     team = config.suPER_team_sharing
     return Relay.from_config(relay_config_of(config), module_ids, seed=config.seed,
-                             per_eps=float(config.suPER_priority_eps), env_name=config.suPER_env_name,
+                             per_eps=float(config.suPER_priority_eps),
+                             sender_side=sender_side_priorities(config.suPER_env_name),
                              team=team if team else None, exclude=exclude,
                              labels={"relay.mode": "suPER_mode", "relay.bandwidth": "suPER_bandwidth",
                                      "relay.window": "suPER_window"})

@@ -11,7 +11,6 @@ otherwise crash the run after its folder was written, and then every resume the 
 from __future__ import annotations
 
 import difflib
-import inspect
 from typing import Any
 
 import numpy as np
@@ -27,21 +26,16 @@ def accepted_kwargs(env_name: str) -> list[str]:
     """The ``env.kwargs`` keys the env's own constructor takes (read from the installed library).
 
     Args:
-        env_name: registry key (pursuit | battle | adversarial_pursuit).
+        env_name: registry key (pursuit | battle | adversarial_pursuit); the adapter's ``constructor_kwargs``
+            reads them from the library.
 
     Returns:
         Sorted names.
     """
-    if env_name == "pursuit":
-        from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
+    from suPER.envs.record import ENVS, env_record
 
-        names = set(inspect.signature(Pursuit.__init__).parameters)
-    else:
-        if env_name == "battle":
-            from magent2.environments.battle import battle as module
-        else:
-            from magent2.environments.adversarial_pursuit import adversarial_pursuit as module
-        names = set(inspect.signature(module.parallel_env).parameters) | set(module.default_reward_args)
+    env_record(env_name)  # unknown name: one line listing the registered ones
+    names = ENVS[env_name].constructor_kwargs()
     return sorted(names - _NOT_CONFIGURABLE)
 
 

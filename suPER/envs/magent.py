@@ -29,12 +29,16 @@ must share one observation shape and action count (adversarial pursuit needs ``p
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import numpy as np
 from magent2.environments import adversarial_pursuit_v4, battle_v4
+from magent2.environments.adversarial_pursuit import adversarial_pursuit as _adversarial_pursuit_module
+from magent2.environments.battle import battle as _battle_module
 
 from suPER.envs.base import EnvSpec, OpponentPolicy, RandomOpponent, StepResult
+from suPER.envs.record import EnvRecord
 
 
 class MAgentEnv:
@@ -45,12 +49,19 @@ class MAgentEnv:
     the horizon or max_cycles that did not terminate in that step.
     """
 
-    name: ClassVar[str]
-    """registry key"""
+    record: ClassVar[EnvRecord]
+    """the env's facts (``suPER.envs.record``); ``record.name`` is the registry key"""
+    library: ClassVar[Any]
+    """the magent2 env module (``parallel_env``, ``default_reward_args``)"""
     team: ClassVar[str]
     """id prefix of the learning team"""
     opponent_team: ClassVar[str]
     """id prefix of the fixed opponent team"""
+
+    @classmethod
+    def constructor_kwargs(cls) -> set[str]:
+        """Argument names of the magent2 ``parallel_env`` plus its reward arguments (``default_reward_args``)."""
+        return set(inspect.signature(cls.library.parallel_env).parameters) | set(cls.library.default_reward_args)
 
     def __init__(
         self,
@@ -86,7 +97,7 @@ class MAgentEnv:
         learner_ids = tuple(a for a in agents if a.startswith(team + "_"))
         opponent_ids = tuple(a for a in agents if a.startswith(opponent_team + "_"))
         if not learner_ids or len(learner_ids) + len(opponent_ids) != len(agents):
-            raise ValueError(f"{self.name}: cannot split agents {agents} into {team}/{opponent_team}")
+            raise ValueError(f"{self.record.name}: cannot split agents {agents} into {team}/{opponent_team}")
         self.self_play = bool(self_play)
         self.team_ids: tuple[str, ...] = learner_ids
         """ids of the (normally) learning team, also in self-play"""
@@ -98,7 +109,7 @@ class MAgentEnv:
         self._native_n = {a: int(env.action_space(a).n) for a in agents}
         if self.self_play and not pad_like_original and (
                 len({native_obs[a] for a in agents}) > 1 or len(set(self._native_n.values())) > 1):
-            raise ValueError(f"{self.name}: self-play needs one obs shape and action count for both teams; "
+            raise ValueError(f"{self.record.name}: self-play needs one obs shape and action count for both teams; "
                              f"set env.pad_like_original=true")
         if pad_like_original:
             padded = tuple(int(d) for d in np.max(np.array(list(native_obs.values())), axis=0))
@@ -109,7 +120,7 @@ class MAgentEnv:
             learner_n, opponent_n = self._native_n[learner_ids[0]], self._native_n[self.opponent_team_ids[0]]
         self.pad_like_original = pad_like_original
         self.spec = EnvSpec(
-            name=self.name,
+            name=self.record.name,
             learner_ids=learner_ids,
             opponent_ids=opponent_ids,
             obs_shape=learner_obs,
@@ -277,10 +288,28 @@ class MAgentEnv:
             target[i, :h, :w, :c] = o
 
 
+def outcome_battle(team_alive: int, opponent_alive: int, opponent_return: float) -> int:
+    """Battle: the team with more surviving agents at the end wins (a wiped-out team has 0); equal = tie."""
+    return int(np.sign(team_alive - opponent_alive))
+
+
+def outcome_adversarial_pursuit(team_alive: int, opponent_alive: int, opponent_return: float) -> int:
+    """Adversarial pursuit has no winner in the game: the predators (the opponent) win an episode when their
+    team return is positive, i.e. their tags (+1 each) outweigh the -0.2 of every tag action they took; the
+    prey (the team) win when it is negative; 0 (no tag action at all) is a tie."""
+    return int(-np.sign(opponent_return))
+
+
 class BattleEnv(MAgentEnv):
     """``magent2`` battle_v4: blue learns against a fixed red team (6 vs 6 on map 18)."""
 
-    name = "battle"
+    record = EnvRecord(
+        name="battle", sender_side_priorities=True, has_opponents=True, outcome=outcome_battle,
+        win_definition="the team with more surviving agents at the end of the episode wins (a wiped-out team "
+                       "has 0); equal numbers are a tie",
+        # about an hour on 2 shared cores at 1 torch thread (~17 env steps/s for 12 learners, docs/decisions.md)
+        opponent_train_budget=60_000)
+    library = _battle_module
     team = "blue"
     opponent_team = "red"
 
@@ -291,7 +320,13 @@ class BattleEnv(MAgentEnv):
 class AdversarialPursuitEnv(MAgentEnv):
     """``magent2`` adversarial_pursuit_v4: prey learn against fixed predators (8 vs 4 on map 18)."""
 
-    name = "adversarial_pursuit"
+    record = EnvRecord(
+        name="adversarial_pursuit", sender_side_priorities=True, has_opponents=True,
+        outcome=outcome_adversarial_pursuit,
+        win_definition="the predators win an episode when their team return is positive (tags, +1 each, "
+                       "outweigh the -0.2 of every tag action), lose when it is negative, tie at 0",
+        opponent_train_budget=60_000)
+    library = _adversarial_pursuit_module
     team = "prey"
     opponent_team = "predator"
 

@@ -20,6 +20,7 @@ sums those values over the N sub-steps of the cycle (it reads ``rewards``, not
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 
 from suPER.envs.base import EnvSpec, StepResult
+from suPER.envs.record import EnvRecord
 
 
 def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int) -> EnvSpec:
@@ -162,6 +164,14 @@ class PursuitEnv:
     ``max_cycles`` or at ``horizon`` env steps, whichever comes first. Pursuers never die, so
     ``alive_N`` is all True until the episode ends.
     """
+
+    record = EnvRecord(name="pursuit", sender_side_priorities=False,
+                       batched="suPER.envs.vec_pursuit:VecPursuitEnv")
+
+    @classmethod
+    def constructor_kwargs(cls) -> set[str]:
+        """Argument names of PettingZoo's ``Pursuit.__init__`` (what ``pursuit_v4.parallel_env`` passes on)."""
+        return set(inspect.signature(Pursuit.__init__).parameters)
 
     def __init__(self, kwargs: dict[str, Any], horizon: int = 500, *, vectorized: bool = True) -> None:
         """Build the PettingZoo game.

@@ -38,6 +38,7 @@ import torch
 
 from suPER.config import ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
+from suPER.envs import env_record
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.native.dqn_loss import priorities, q_of_actions, td_target, weighted_loss
@@ -87,12 +88,13 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 
     # ---- relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
     relay = None
+    sender_side = env_record(spec.name).sender_side_priorities
     if rc.enabled:
         relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                                  seed=seed, per_eps=d.per_eps, env_name=spec.name)
+                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side)
         if not relay.active:
             print("note: SUPER relay is a no-op here (fewer than two sharing policies, e.g. parameter sharing)")
-    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, spec.name, d.per_eps)
+    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, d.per_eps, sender_side)
     legacy_priorities = insertion.rule == "legacy"
 
     def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:

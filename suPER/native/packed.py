@@ -47,7 +47,7 @@ import torch
 
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
-from suPER.envs import BATCHED_ENVS, StepResult, make_batched_env
+from suPER.envs import StepResult, env_record, make_batched_env
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
@@ -139,7 +139,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         loggers: one scalar sink per run (None: metrics.csv only).
         progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
         batched_env: step the R runs' training games as one batched env (``PackEnvs``), instead of each
-            run's own single game; None: when the env has one (``suPER.envs.BATCHED_ENVS``: pursuit).
+            run's own single game; None: when the env has one (the env record's ``batched``: pursuit).
 
     Returns:
         Per run, its Summary, or the exception that stopped it (the other runs went on).
@@ -179,7 +179,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     if any(s is not None for s in saved):
         _restore_pack(runs, saved, q_net, target_net, optimizer)
     if batched_env is None:
-        batched_env = cfgs[0].env.name in BATCHED_ENVS
+        batched_env = env_record(cfgs[0].env.name).batched is not None
     envs = PackEnvs(runs, batched_env)
     for r, run in enumerate(runs):
         run.obs_NO = envs.first_reset(r)
@@ -389,10 +389,11 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) 
               if run_cfg.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape,
                                                                        spec.obs_dtype, **per_kwargs))
     relay = None
+    sender_side = env_record(spec.name).sender_side_priorities
     if rc.enabled:
         relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                                  seed=seed, per_eps=d.per_eps, env_name=spec.name)
-    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, spec.name, d.per_eps)
+                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side)
+    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, d.per_eps, sender_side)
     return _Run(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
                 frag=Fragment.empty(d.rollout_fragment_length, n_agents, obs_shape), init_state=init.state_dict(),
                 learn_after=d.learning_starts, relay_received=np.zeros(n_agents, dtype=np.int64),

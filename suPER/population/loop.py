@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 from suPER import config as C
+from suPER.envs import make_env, opponent_env_names
 from suPER.models import BatchedQNet
-from suPER.opponents import OPPONENT_ENVS, TeamMeta, make_env, save_team, sha256
+from suPER.opponents import TeamMeta, save_team, sha256
 from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
 from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
@@ -105,8 +106,8 @@ class PopulationConfig:
 
     def validate(self) -> PopulationConfig:
         """Check every field; raise ConfigError naming the flag."""
-        if self.env not in OPPONENT_ENVS:
-            raise C.ConfigError(f"--env: expected one of {', '.join(OPPONENT_ENVS)}, got {self.env!r}")
+        if self.env not in opponent_env_names():
+            raise C.ConfigError(f"--env: expected one of {', '.join(opponent_env_names())}, got {self.env!r}")
         if self.method not in METHODS:
             raise C.ConfigError(f"method: expected one of {', '.join(METHODS)}, got {self.method!r}")
         if self.solver not in META_SOLVERS:

@@ -4,7 +4,7 @@ Sides: the env's learning team ("team": battle blue, adversarial pursuit prey) i
 opponent team ("opponent": red, predators) the column side. Entry (i, j) holds the match of team policy i
 against opponent policy j: E greedy episodes seeded ``episode_seeds(seed, 0, E)`` (the same episodes for
 every pair: common random numbers), played ``MATCH_BATCH`` games at a time in lockstep
-(``suPER.opponents.make_batch`` / ``play``, outcomes by ``suPER.opponents.OUTCOME``), all from the team's
+(``suPER.opponents.make_batch`` / ``play``, outcomes by the env record's ``outcome``), all from the team's
 point of view: win / loss / tie rates with 95% Wilson intervals, mean team and opponent returns with 95%
 percentile-bootstrap intervals, the number of episodes.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from suPER.config import ALGORITHMS
-from suPER.envs import env_info
+from suPER.envs import ENVS, env_info, env_record
 
 BASELINES = [a for a, spec in ALGORITHMS.items() if spec.trainers["native"].startswith("suPER.baselines.")]
 
@@ -28,7 +28,8 @@ def test_the_baselines_are_found_in_the_registry() -> None:
 
 
 @pytest.mark.parametrize("algo", BASELINES)
-@pytest.mark.parametrize("env", ["battle", "adversarial_pursuit"])
+# envs without an opponent team run each algorithm in tests/test_algorithms.py (small pursuit)
+@pytest.mark.parametrize("env", [e for e in ENVS if env_record(e).has_opponents])
 def test_train_each_env(tmp_path: Path, env: str, algo: str) -> None:
     spec = ALGORITHMS[algo]
     names = {f.name for f in dataclasses.fields(spec.config)}

@@ -86,18 +86,20 @@ def test_env_wrapper_speaks_rllib_dicts(terminal: bool) -> None:
 @pytest.mark.parametrize("env", ["pursuit", "battle"])
 def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
     """--legacy: the relay suPERDQN builds from build_config equals the native one (seed, eps, sender-side rule)."""
-    from suPER.core.relay import SENDER_SIDE_PRIORITIES, Relay
+    from suPER.core.relay import Relay
     from suPER.core.trainers import relay_from_config
+    from suPER.envs import env_record
 
     cfg = C.resolve(env, named={"relay.enabled": True, **C.legacy_settings(None)},
                     overrides={"dqn.per_eps": 1e-5, "run.seed": 5})
     ids = ["a_0", "a_1", "a_2"]
-    native = Relay.from_config(cfg.relay, ids, seed=cfg.run.seed, per_eps=cfg.dqn.per_eps, env_name=env)
+    native = Relay.from_config(cfg.relay, ids, seed=cfg.run.seed, per_eps=cfg.dqn.per_eps,
+                               sender_side=env_record(env).sender_side_priorities)
     config = build_config(cfg)
     config.validate()
     rllib = relay_from_config(config, ids)
     assert native.insertion == rllib.insertion
-    assert native.insertion.sender_side == SENDER_SIDE_PRIORITIES[env]
+    assert native.insertion.sender_side == {"pursuit": False, "battle": True}[env]  # the original's configs
     assert (rllib.mode, rllib.bandwidth, rllib.windows.window) == (native.mode, native.bandwidth, native.windows.window)
     td_NT = np.random.default_rng(0).exponential(size=(3, 8))
     valid_NT = np.ones_like(td_NT, dtype=bool)

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER import opponents as O
-from suPER.envs import make_env
+from suPER.envs import make_batch, make_env, opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import episode_seeds, evaluate_episodes, play_episodes
 from suPER.models import BatchedQNet
@@ -53,13 +52,12 @@ def assert_same(a, b):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
 
 
-@pytest.mark.parametrize("name,opponent", [("battle", "pretrained"), ("adversarial_pursuit", "pretrained"),
-                                           ("battle", "random")])
+@pytest.mark.parametrize("name,opponent", [*((n, "pretrained") for n in opponent_env_names()), ("battle", "random")])
 def test_magent_batched_equals_sequential(name, opponent):
     cfg = env_cfg(name, opponent, horizon=30)
     seeds = episode_seeds(11, 3, 5)
-    single = O.make_env(cfg, seed=7)
-    batch = O.make_batch(cfg, 3, seed=7)  # 5 episodes in waves of 3 (the second wave leaves a game idle)
+    single = make_env(cfg, seed=7)
+    batch = make_batch(cfg, 3, seed=7)  # 5 episodes in waves of 3 (the second wave leaves a game idle)
     try:
         if opponent == "pretrained":
             single.opponent.net.double()
@@ -100,7 +98,7 @@ def test_pursuit_batched_equals_sequential_and_seeds_decide():
 
 def test_finished_games_stay_over():
     cfg = env_cfg("battle", "random", horizon=5)
-    batch = O.make_batch(cfg, 2, seed=0)
+    batch = make_batch(cfg, 2, seed=0)
     try:
         batch.reset([1], games=[0])  # game 1 never started
         n = batch.spec.n_agents

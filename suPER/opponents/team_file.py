@@ -1,9 +1,7 @@
-"""Fixed network opponents: the weights file format, the batched greedy policy, matches between teams.
+"""The team weights format: safetensors team files, the original's pickle, run checkpoints as teams.
 
-In the paper the learning team (battle: blue; adversarial pursuit: prey) plays against a frozen,
-pretrained opponent team (red; predators) of per-agent DDQN policies with the learners' network
-(REFERENCE section 8). The original's weights were never published, so this project trains its own
-(``suPER.selfplay``) and ships them as ``experiments/opponents/<env>.safetensors``.
+A team file is what ``experiments/opponents/<env>.safetensors`` ships (its card, ``<env>.card.md``, is
+written next to it by ``suPER.selfplay.write_card`` and records the file's SHA-256, ``sha256``).
 
 File format (safetensors, no pickle): one team of M agents, each with its own network (a
 ``BatchedQNet`` with P = M). Tensor ``"<agent_id>.<param>"`` holds agent ``agent_id``'s slice of
@@ -26,28 +24,24 @@ The original's own format, a pickle of ``{policy_id: {param_name: ndarray}}`` (R
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
 import pickle
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from suPER import config as C
-from suPER.envs import OPPONENT_KINDS, MultiAgentEnv
-from suPER.envs import make_env as _make_env
-from suPER.envs.batched import LockstepBatch
-from suPER.evaluation import BatchActFn, episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 from suPER.models.qnet import ReferenceQNet, batched_from_reference
 from suPER.runs import atomic_write_bytes
-from suPER.stats import bootstrap_ci
+
+if TYPE_CHECKING:
+    from suPER.envs import MultiAgentEnv
 
 FORMAT = "super-marl-team"
 FORMAT_VERSION = "1"
@@ -250,67 +244,7 @@ def load_original_pickle(path: Path, env: MultiAgentEnv | None, side: str = "opp
 
 
 # --------------------------------------------------------------------------------------------------
-# policies
-
-
-class NetworkOpponent:
-    """A team of M frozen per-agent Q-networks acting greedily (or epsilon-greedily), batched.
-
-    One forward pass of the ``BatchedQNet`` per env step: agent p's observation is policy p's batch
-    of one row, ``a_p = argmax_a Q_p(o_p, a)``. With ``epsilon > 0`` each agent independently takes a
-    uniform action with probability epsilon (the original's opponents kept their epsilon-greedy
-    exploration during training rollouts, REFERENCE 8); the draws come from the policy's own
-    generator, seeded from the env seed, so acting never touches numpy's or torch's global RNG.
-
-    Args:
-        net: the team's networks (P = M).
-        epsilon: exploration probability in [0, 1]; 0 = greedy (default).
-        seed: seed of the exploration generator.
-    """
-
-    def __init__(self, net: BatchedQNet, epsilon: float = 0.0, seed: int | None = None) -> None:
-        self.net = net.eval().requires_grad_(False)
-        self.epsilon = float(epsilon)
-        self.rng = np.random.default_rng(seed)
-
-    @torch.no_grad()
-    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
-        """Actions [M] (int64); dead agents' rows are computed too (their actions are not sent)."""
-        obs = torch.as_tensor(np.asarray(obs_MO, dtype=np.float32))[:, None]
-        actions_M = self.net(obs)[:, 0].argmax(-1).numpy().astype(np.int64)
-        if self.epsilon > 0:
-            m = len(actions_M)
-            explore_M = self.rng.random(m) < self.epsilon
-            actions_M = np.where(explore_M, self.rng.integers(0, self.net.n_actions, m), actions_M)
-        return actions_M
-
-    @torch.no_grad()
-    def act_batch(self, obs_EMO: np.ndarray, alive_EM: np.ndarray,
-                  peers: Sequence[NetworkOpponent] | None = None) -> np.ndarray:
-        """Actions [E, M] for E games at once: one forward over all E x M observations.
-
-        Args:
-            obs_EMO: float32 [E, M, *obs_shape], game e's opponents in row e.
-            alive_EM: bool [E, M].
-            peers: game e's own policy at index e (default: this one for every game); its generator draws
-                game e's exploration, so a game explores exactly as when it is played alone. Every peer must
-                act with this policy's network.
-
-        Raises:
-            ValueError: a peer with another network.
-        """
-        obs = torch.as_tensor(np.asarray(obs_EMO, dtype=np.float32))
-        e = obs.shape[0]
-        actions_EM = self.net(obs.transpose(0, 1)).argmax(-1).T.numpy().astype(np.int64)
-        peers = [self] * e if peers is None else list(peers)
-        if any(p.net is not self.net for p in peers):
-            raise ValueError("NetworkOpponent.act_batch: every game's opponent must share this network")
-        for g, p in enumerate(peers):
-            if p.epsilon > 0:
-                m = actions_EM.shape[1]
-                explore_M = p.rng.random(m) < p.epsilon
-                actions_EM[g] = np.where(explore_M, p.rng.integers(0, p.net.n_actions, m), actions_EM[g])
-        return actions_EM
+# where teams come from
 
 
 def opponent_path(env_name: str, opponent: str) -> Path:
@@ -318,222 +252,8 @@ def opponent_path(env_name: str, opponent: str) -> Path:
     return OPPONENTS_DIR / f"{env_name}.safetensors" if opponent == "pretrained" else Path(opponent)
 
 
-def has_network_opponent(cfg: C.EnvConfig) -> bool:
-    """True when ``cfg``'s opponent team is a weights file (``pretrained`` or a PATH), not random / learning."""
-    return cfg.name in OPPONENT_ENVS and cfg.opponent not in OPPONENT_KINDS
 
-
-def make_env(cfg: C.EnvConfig, seed: int | None = None) -> MultiAgentEnv:
-    """``suPER.envs.make_env`` plus network opponents: ``env.opponent`` = pretrained or a file PATH.
-
-    Args:
-        cfg: env config; ``opponent`` is random | learning | pretrained | PATH, ``opponent_epsilon`` the
-            opponents' exploration, ``opponent_allow_pickle`` admits the original's pickle format.
-        seed: seeds the opponent's generator (random actions or epsilon draws).
-
-    Returns:
-        The adapter with its opponent set.
-    """
-    env = _make_env(cfg, seed=seed, opponent=None if cfg.opponent in OPPONENT_KINDS else _Placeholder())
-    if has_network_opponent(cfg):
-        path = opponent_path(cfg.name, cfg.opponent)
-        loader = OPPONENT_FILE_LOADERS.get(path.suffix)
-        try:
-            if loader is not None:
-                module, fn = loader.split(":")
-                opponent = getattr(importlib.import_module(module), fn)(path, env, cfg, seed)
-            else:
-                net, _ = load_team(path, env, "opponent", cfg.opponent_allow_pickle)
-                opponent = NetworkOpponent(net, cfg.opponent_epsilon, seed)
-        except BaseException:
-            env.close()
-            raise
-        env.set_opponent(opponent)  # type: ignore[attr-defined]
-    return env
-
-
-OPPONENT_FILE_LOADERS: dict[str, str] = {".json": "suPER.population.mixture:load_mixture_opponent"}
-"""opponent file suffix -> ``module:function(path, env, env_cfg, seed) -> OpponentPolicy`` (imported lazily)
-for opponent files that are not team files: a population's mixture of teams (``suPER.population.mixture``)"""
-
-
-MATCH_BATCH = 20
-"""games a match (``opponents eval``, self-play snapshot matches) plays together in lockstep"""
-
-
-def make_batch(cfg: C.EnvConfig, num_games: int, seed: int | None = None) -> LockstepBatch:
-    """``num_games`` games of ``make_env(cfg)`` stepped in lockstep (``suPER.envs.batched.LockstepBatch``).
-
-    A network opponent's weights are loaded once and shared by every game (its actions for all games come
-    from one forward per step); game g's opponent generator (epsilon draws) is seeded ``seed + g``.
-
-    Args:
-        cfg: env config, as for ``make_env``.
-        num_games: E >= 1.
-        seed: seeds the games' opponent generators (the games themselves are seeded by ``reset(seeds)``).
-    """
-    first = make_env(cfg, seed=seed)
-
-    def make_one(g: int) -> MultiAgentEnv:
-        if g == 0:
-            return first
-        game_seed = None if seed is None else seed + g
-        if not has_network_opponent(cfg):
-            return make_env(cfg, seed=game_seed)
-        env = _make_env(cfg, seed=game_seed, opponent=_Placeholder())
-        shared = first.opponent  # type: ignore[attr-defined]
-        if isinstance(shared, NetworkOpponent):
-            env.set_opponent(NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
-        else:  # another opponent file kind (a mixture of teams): a copy sharing its networks, its own generators
-            env.set_opponent(shared.fork(game_seed))  # type: ignore[attr-defined]
-        return env
-
-    return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails
-
-
-OPPONENT_ENVS = ("battle", "adversarial_pursuit")
-"""Envs with an opponent team."""
-
-
-class _Placeholder:
-    """Stands in for the network opponent until its file is loaded against the built env."""
-
-    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
-        raise RuntimeError("opponent not loaded")
-
-
-def check_opponent(cfg: C.EnvConfig) -> None:
-    """Load the configured opponent once (before a run folder is written): bad files fail early."""
-    if has_network_opponent(cfg):
-        make_env(cfg).close()
-
-
-# --------------------------------------------------------------------------------------------------
-# matches
-
-
-@dataclass
-class MatchResult:
-    """K episodes of a team against the env's opponent; outcomes from the team's point of view."""
-
-    team_return_K: np.ndarray
-    """float [K] team (learners') return per episode"""
-    opponent_return_K: np.ndarray
-    """float [K] opponent team's return per episode"""
-    outcome_K: np.ndarray
-    """int [K]: +1 the team won, 0 tie, -1 the opponent won (``OUTCOME`` per env)"""
-    length_K: np.ndarray
-    """int [K] episode lengths"""
-
-    def summary(self, seed: int = 0) -> dict[str, Any]:
-        """Means with 95% CIs: percentile bootstrap for returns, Wilson for win / loss rates."""
-        k = len(self.outcome_K)
-        wins, losses = int((self.outcome_K > 0).sum()), int((self.outcome_K < 0).sum())
-        return {
-            "episodes": k,
-            "team_return": float(self.team_return_K.mean()), "team_return_ci": mean_ci(self.team_return_K, seed),
-            "opponent_return": float(self.opponent_return_K.mean()),
-            "opponent_return_ci": mean_ci(self.opponent_return_K, seed),
-            "win_rate": wins / k, "win_rate_ci": wilson(wins, k),
-            "loss_rate": losses / k, "loss_rate_ci": wilson(losses, k),
-            "tie_rate": (k - wins - losses) / k, "episode_len": float(self.length_K.mean()),
-        }
-
-
-def outcome_battle(team_alive: int, opponent_alive: int, opponent_return: float) -> int:
-    """Battle: the team with more surviving agents at the end wins (a wiped-out team has 0); equal = tie."""
-    return int(np.sign(team_alive - opponent_alive))
-
-
-def outcome_adversarial_pursuit(team_alive: int, opponent_alive: int, opponent_return: float) -> int:
-    """Adversarial pursuit has no winner in the game: the predators (the opponent) win an episode when their
-    team return is positive, i.e. their tags (+1 each) outweigh the -0.2 of every tag action they took; the
-    prey (the team) win when it is negative; 0 (no tag action at all) is a tie."""
-    return int(-np.sign(opponent_return))
-
-
-OUTCOME: dict[str, Callable[[int, int, float], int]] = {
-    "battle": outcome_battle, "adversarial_pursuit": outcome_adversarial_pursuit,
-}
-"""env -> outcome rule (team alive, opponent alive, opponent return) -> +1 / 0 / -1 for the team"""
-
-
-def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, seed: int) -> MatchResult:
-    """Play ``episodes`` episodes of the env's learners (acting with ``act``) against its opponent.
-
-    Episode k is seeded ``episode_seeds(seed, 0, episodes)[k]``, so a fixed seed gives a fixed set of episodes
-    (for a deterministic team and opponent), the same whether they are played one at a time on an env or as
-    a batch of games (``make_batch``: one batched call of each team per step).
-
-    Args:
-        env: one env (episodes one at a time) or a batch of games.
-        act: ``(obs_ENO, alive_EN) -> actions_EN`` of the learning team (``team_policy``).
-        episodes: K.
-        seed: the match seed.
-    """
-    ep = play_episodes(env, act, episode_seeds(seed, 0, episodes))
-    rule = OUTCOME[env.spec.name]
-    out_K = np.array([rule(int(a), int(o), float(r)) for a, o, r in
-                      zip(ep.team_alive_K, ep.opponent_alive_K, ep.opponent_return_K)], dtype=np.int64)
-    return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, out_K, ep.length_K)
-
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial rate: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)."""
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def mean_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap CI of the mean (``suPER.stats.bootstrap_ci``, 2000 resamples, seeded); a sample
-    of one episode or of equal values has the point itself as its interval."""
-    x = np.asarray(x, dtype=float)
-    if len(x) < 2 or np.all(x == x[0]):
-        return (float(x.mean()), float(x.mean())) if len(x) else (float("nan"), float("nan"))
-    low, high = bootstrap_ci(x, np.mean, n_resamples=2000, seed=seed, confidence=0.95)
-    return float(low), float(high)
-
-
-# --------------------------------------------------------------------------------------------------
-# teams for `opponents eval`
-
-
-def team_policy(spec: str, env: MultiAgentEnv | LockstepBatch, seed: int, allow_pickle: bool = False) -> BatchActFn:
-    """The learning side of a match: ``random``, a run's ``checkpoints/final.pt`` or a team file, as a batched
-    act ``(obs_ENO, alive_EN) -> actions_EN``.
-
-    A run checkpoint holds P = N policies (independent learners) or P = 1 (parameter sharing); a
-    self-play checkpoint (P = all agents) contributes the learning team's policies.
-    """
-    if isinstance(env, LockstepBatch):
-        env = env.games[0]  # the games' common shapes and ids
-    n, n_actions = env.spec.n_agents, env.spec.n_actions
-    if spec == "random":
-        rng = np.random.default_rng(seed)
-        return lambda obs, alive: rng.integers(0, n_actions, (len(obs), n))
-    path = Path(spec)
-    if path.suffix == ".pt":
-        net = _net_from_checkpoint(path, env)
-    else:
-        net, _ = load_team(path, env, "team", allow_pickle)
-    if net.n_policies == 1 and n > 1:
-        return lambda obs, alive: _shared_act(net, obs)
-    return NetworkOpponent(net, 0.0, seed).act_batch
-
-
-@torch.no_grad()
-def _shared_act(net: BatchedQNet, obs_ENO: np.ndarray) -> np.ndarray:
-    """Greedy actions [E, N] of one shared network for every learner of E games."""
-    e, n = obs_ENO.shape[:2]
-    obs = torch.as_tensor(np.asarray(obs_ENO, dtype=np.float32)).reshape(1, e * n, *obs_ENO.shape[2:])
-    return net(obs)[0].argmax(-1).reshape(e, n).numpy().astype(np.int64)
-
-
-def _net_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:
+def team_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:
     """The learning team's policies from a native run's ``final.pt`` / ``latest.pt``."""
     if not path.is_file():
         raise OpponentFileError(f"{path}: no such checkpoint")

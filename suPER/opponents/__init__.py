@@ -1,0 +1,58 @@
+"""Fixed network opponents, split by job.
+
+In the paper the learning team (battle: blue; adversarial pursuit: prey) plays against a frozen,
+pretrained opponent team (red; predators) of per-agent DDQN policies with the learners' network
+(REFERENCE section 8). The original's weights were never published, so this project trains its own
+(``suPER.selfplay``) and ships them as ``experiments/opponents/<env>.safetensors`` with a card.
+
+- ``team_file``: the team weights format (safetensors + metadata, the original's pickle, run checkpoints)
+- ``policy``: a network team acting greedily / epsilon-greedily, batched (``NetworkOpponent``, ``team_policy``)
+- ``match``: K seeded episodes of a team against an env's opponent, with outcome and CI statistics
+
+Building an env with its opponent is ``suPER.envs.make_env`` / ``make_batch``; they are re-exported here
+(the same functions) for callers that import them from ``suPER.opponents``.
+"""
+
+from suPER.envs.factory import check_opponent, has_network_opponent, make_batch, make_env
+from suPER.opponents.match import MATCH_BATCH, MatchResult, mean_ci, play, wilson
+from suPER.opponents.policy import NetworkOpponent, team_policy
+from suPER.opponents.team_file import (
+    FORMAT,
+    FORMAT_VERSION,
+    OPPONENTS_DIR,
+    UNUSED_REFERENCE_PARAMS,
+    OpponentFileError,
+    TeamMeta,
+    load_original_pickle,
+    load_team,
+    opponent_path,
+    save_team,
+    sha256,
+    team_from_checkpoint,
+)
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MATCH_BATCH",
+    "OPPONENTS_DIR",
+    "UNUSED_REFERENCE_PARAMS",
+    "MatchResult",
+    "NetworkOpponent",
+    "OpponentFileError",
+    "TeamMeta",
+    "check_opponent",
+    "has_network_opponent",
+    "load_original_pickle",
+    "load_team",
+    "make_batch",
+    "make_env",
+    "mean_ci",
+    "opponent_path",
+    "play",
+    "save_team",
+    "sha256",
+    "team_from_checkpoint",
+    "team_policy",
+    "wilson",
+]
