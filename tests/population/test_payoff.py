@@ -13,6 +13,7 @@ import torch
 
 from suPER import config as C
 from suPER import opponents as O
+from suPER.evaluation import episode_seeds
 from suPER.models import BatchedQNet
 from suPER.population.mixture import MEMBER_SEED_TAG, Member, write_mixture
 from suPER.population.payoff import PayoffTable, play_match
@@ -86,7 +87,7 @@ def test_two_sides_agree_and_mixture_plays_one_member_per_seeded_episode(tmp_pat
     mix = tmp_path / "red.mixture.json"
     write_mixture(mix, "battle", [Member("a", Path(red_a).name, 1.0), Member("b", Path(red_b).name, 1.0),
                                   Member("c", "missing.safetensors", 0.0)])  # weight 0: never loaded
-    seeds = O.episode_seeds(11, 0, 4)
+    seeds = episode_seeds(11, 0, 4)
     drawn = [int(np.random.default_rng([MEMBER_SEED_TAG, int(s)]).choice(2, p=[0.5, 0.5])) for s in seeds]
     env = O.make_batch(replace(env_cfg, opponent=str(mix)), 4, seed=11)
     try:
