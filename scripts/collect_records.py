@@ -1,0 +1,60 @@
+#!/usr/bin/env python
+"""Copy the small records of a campaign's finished runs into the repository (never checkpoints).
+
+    python scripts/collect_records.py /work/fig1/runs/fig1 results/fig1
+
+For every run folder directly below SRC whose ``manifest.json`` says ``finished``, copies ``config.json``,
+``manifest.json`` and ``metrics.csv`` to ``DST/<run-folder>/`` (atomically, file by file), after checking
+its evaluation rows with ``check_rows.check`` (every evaluation exactly once). Unfinished, failed or
+wrongly-rowed runs are listed and skipped. ``super-marl plot DST`` then redraws the figure and tables.
+Exits 1 when a finished run's rows are wrong, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from suPER.runs import atomic_write_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_rows import check  # noqa: E402
+
+RECORD_FILES = ("config.json", "manifest.json", "metrics.csv")
+"""what a committed run record holds (the run's resolved config, provenance and evaluation rows)"""
+
+
+def collect(src: Path, dst: Path) -> int:
+    """Copy finished runs' records from ``src`` to ``dst``; returns the exit code."""
+    code = 0
+    for folder in sorted(p for p in src.iterdir() if (p / "manifest.json").is_file()):
+        try:
+            status = json.loads((folder / "manifest.json").read_text()).get("status")
+        except (OSError, ValueError):
+            status = "unreadable manifest"
+        if status != "finished":
+            print(f"skip {folder.name}: {status}")
+            continue
+        ok, what = check(folder)
+        if not ok:
+            print(f"FAIL {folder.name}: {what}")
+            code = 1
+            continue
+        (dst / folder.name).mkdir(parents=True, exist_ok=True)
+        for name in RECORD_FILES:
+            atomic_write_text(dst / folder.name / name, (folder / name).read_text())
+        print(f"copy {folder.name}: {what}")
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not Path(argv[0]).is_dir():
+        print("usage: python scripts/collect_records.py SRC_RUNS_FOLDER DST_RESULTS_FOLDER (SRC must be a folder)",
+              file=sys.stderr)
+        return 2
+    return collect(Path(argv[0]), Path(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
