@@ -187,7 +187,7 @@ def train(
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="accept an opponent PATH in the original's "
                                                "pickle format (unpickling runs code from the file)")] = False,
     model: Annotated[str | None, typer.Option(help="conv (paper) | mlp")] = None,
-    quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (experiments/profiles.yaml)")] = False,
+    quick: Annotated[bool, typer.Option(help="a short budget that finishes in minutes (profiles: quick: of the env YAML)")] = False,
     out: Annotated[Path, typer.Option(help="parent folder for run folders")] = Path("runs"),
     tag: Annotated[str, typer.Option(help="label appended to the run name")] = "",
     skip_finished: Annotated[bool, typer.Option("--skip-finished", help="exit 0 when the run folder already holds "

@@ -596,7 +596,7 @@ def named_settings(env_name: str, flags: dict[str, Any],
                    label: Callable[[str], str] = lambda name: name) -> tuple[dict[str, Any], dict[str, str]]:
     """Named flags -> dotted settings, the one translation ``super-marl train`` and grid files share.
 
-    Order (later wins): the ``quick`` profile of ``env_name`` (``experiments/profiles.yaml``), the named
+    Order (later wins): the ``quick`` profile of ``env_name`` (``profiles: quick:`` of its env YAML), the named
     flags (``FLAG_KEYS`` names), then what ``legacy`` switches on (``legacy_settings``).
 
     Args:
@@ -614,12 +614,12 @@ def named_settings(env_name: str, flags: dict[str, Any],
     named: dict[str, Any] = {}
     labels: dict[str, str] = {}
     if flags.get("quick"):
-        profiles = load_profiles().get("quick", {})
-        if env_name not in profiles:
+        quick = load_env_profiles(env_name).get("quick")
+        if quick is None:
             raise ConfigError(f"{label('quick')}: no quick profile for env {env_name!r} in "
-                              f"{EXPERIMENTS_DIR / 'profiles.yaml'}")
-        named.update(profiles[env_name])
-        labels.update({key: f"{label('quick')} ({key})" for key in profiles[env_name]})
+                              f"{env_yaml_path(env_name)} (profiles: quick:)")
+        named.update(quick)
+        labels.update({key: f"{label('quick')} ({key})" for key in quick})
     for name, value in flags.items():
         if name in ("quick", "legacy") or value is None:
             continue
@@ -720,8 +720,7 @@ def env_yaml_path(env_name: str) -> Path:
     return EXPERIMENTS_DIR / "envs" / f"{env_name}.yaml"
 
 
-def load_env_defaults(env_name: str) -> dict[str, Any]:
-    """Read ``experiments/envs/<env>.yaml`` as a nested dict (sections env, dqn, relay, run)."""
+def _read_env_yaml(env_name: str) -> dict[str, Any]:
     if env_name not in ENV_NAMES:
         raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)}, got {env_name!r}")
     path = env_yaml_path(env_name)
@@ -734,14 +733,17 @@ def load_env_defaults(env_name: str) -> dict[str, Any]:
     return data
 
 
-def load_profiles() -> dict[str, Any]:
-    """Read ``experiments/profiles.yaml``: named sets of dotted overrides per env (e.g. ``quick``)."""
-    path = EXPERIMENTS_DIR / "profiles.yaml"
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read profiles ({exc})") from exc
-    return dict(data)
+def load_env_defaults(env_name: str) -> dict[str, Any]:
+    """Read ``experiments/envs/<env>.yaml`` as a nested dict (sections env, dqn, relay, run; not ``profiles``)."""
+    return {k: v for k, v in _read_env_yaml(env_name).items() if k != "profiles"}
+
+
+def load_env_profiles(env_name: str) -> dict[str, dict[str, Any]]:
+    """The ``profiles`` of ``experiments/envs/<env>.yaml``: named sets of dotted overrides (e.g. ``quick``)."""
+    profiles = _read_env_yaml(env_name).get("profiles") or {}
+    if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
+        raise ConfigError(f"{env_yaml_path(env_name)}: profiles: expected a mapping of name -> dotted overrides")
+    return profiles
 
 
 def parse_value(text: str) -> Any:

@@ -14,6 +14,7 @@ from suPER import config as C
 def test_yaml_values_land_in_dataclasses(env: str) -> None:
     data = yaml.safe_load(C.env_yaml_path(env).read_text())
     cfg = C.resolve(env)
+    assert set(data.pop("profiles")) == {"quick"}  # named override sets, not config sections
     for section, values in data.items():
         for key, value in values.items():
             assert getattr(getattr(cfg, section), key) == value, f"{section}.{key}"

@@ -12,7 +12,7 @@ import no env library, lists the env names from their YAML files (``config.ENV_N
 ``register`` checks a record when its adapter is registered (``suPER/envs/__init__.py``), so a
 forgotten fact fails on import with a message naming the adapter and the fact, never as a
 ``KeyError`` deep in a run. Values (hyperparameters, the ``--quick`` profile, the default budget)
-stay in YAML (``experiments/envs/<key>.yaml``, ``experiments/profiles.yaml``); the record holds
+stay in YAML (``experiments/envs/<key>.yaml``, its ``profiles: quick:``); the record holds
 facts about the environment itself, not settings.
 
 Pure python (no env library, no torch), so importing it costs nothing.

@@ -50,7 +50,7 @@ def test_every_registered_env_builds_steps_and_has_its_data(name: str) -> None:
         env.close()
     assert set(cfg.kwargs) <= set(accepted_kwargs(name))  # the YAML's kwargs are the library's arguments
     assert C.load_env_defaults(name)["run"]["num_timesteps"] >= 1  # default budget
-    assert set(C.load_profiles()["quick"][name]) >= {"run.num_timesteps"}  # --quick
+    assert set(C.load_env_profiles(name)["quick"]) >= {"run.num_timesteps"}  # --quick
     assert (info["opponent_ids"] != []) == rec.has_opponents
 
 
