@@ -162,7 +162,7 @@ def _set_pairs(pairs: list[str]) -> dict[str, Any]:
 
 @app.command()
 def train(
-    env: Annotated[str, typer.Option(help="pursuit | battle | adversarial_pursuit")] = "pursuit",
+    env: Annotated[str, typer.Option(help=" | ".join(C.ENV_NAMES))] = "pursuit",
     algo: Annotated[str, typer.Option(help=algos_help())] = "ddqn",
     num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="env steps to train")] = None,
     seed: Annotated[int, typer.Option(help="run seed; env seed = seed + 100")] = 1,
