@@ -56,6 +56,7 @@ from suPER.native.dqn import Fragment, relay_fragment, store_fragment
 from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.runs import Logger, RunFolder, Summary
+from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
     "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing", "dqn.lr",
@@ -384,7 +385,7 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) 
     n_agents, obs_shape = spec.n_agents, spec.obs_shape
     n_pol = 1 if d.parameter_sharing else n_agents
     init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + 1))
+    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
               if run_cfg.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape,
                                                                        spec.obs_dtype, **per_kwargs))

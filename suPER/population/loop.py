@@ -42,6 +42,7 @@ import torch
 
 from suPER import config as C
 from suPER.envs import make_env, opponent_env_names
+from suPER.loop import set_threads
 from suPER.models import BatchedQNet
 from suPER.opponents import TeamMeta, save_team, sha256
 from suPER.population.mixture import Member, write_mixture
@@ -277,7 +278,7 @@ class Population:
 
     def run(self, overwrite: bool = False) -> dict[str, Any]:
         """Run (or resume) every iteration; returns the final meta-game (see ``solve``) and the folder."""
-        torch.set_num_threads(self.cfg.threads)
+        set_threads(self.cfg.threads)
         self.start(overwrite)
         self.pool = None
         if self.cfg.match_workers > 0:

@@ -16,9 +16,9 @@ from suPER.population.payoff import play_match
 
 def _match_task(*args: Any) -> dict[str, Any]:
     """``play_match`` in a worker, with one torch thread (workers share the machine's cores)."""
-    import torch
+    from suPER.loop import set_threads
 
-    torch.set_num_threads(1)
+    set_threads(1)
     return play_match(*args)
 
 
