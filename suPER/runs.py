@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -104,6 +104,15 @@ def _named(exc: OSError, path: Path) -> OSError:
 def atomic_write_json(path: Path, data: Any) -> None:
     """Atomically write ``data`` as indented JSON."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def atomic_write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> None:
+    """Atomically write ``rows`` as CSV with a header (``columns``; default: the first row's keys)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns if columns is not None else rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
 
 
 def atomic_write_bytes(path: Path, writer: Any) -> None:

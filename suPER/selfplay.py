@@ -19,7 +19,6 @@ snapshot with the highest win rate against random is chosen and the card says th
 
 from __future__ import annotations
 
-import csv
 import os
 import platform
 import socket
@@ -43,7 +42,7 @@ from suPER.opponents import (
     sha256,
     team_policy,
 )
-from suPER.runs import atomic_write_bytes, atomic_write_json
+from suPER.runs import atomic_write_bytes, atomic_write_csv, atomic_write_json
 
 WIN_LOWER_BOUND = 0.5
 """the selection rule's threshold on the Wilson lower bound of the win rate against random"""
@@ -178,12 +177,7 @@ def select(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """Evaluation table as CSV (atomically)."""
-    def writer(tmp: str) -> None:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    atomic_write_bytes(path, writer)
+    atomic_write_csv(path, rows)
 
 
 def table_md(rows: list[dict[str, Any]]) -> str:

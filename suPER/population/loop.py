@@ -48,7 +48,7 @@ from suPER.opponents import TeamMeta, save_team, sha256
 from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
 from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
-from suPER.runs import atomic_write_bytes, atomic_write_json
+from suPER.runs import atomic_write_csv, atomic_write_json
 
 METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
 """command -> its default meta-solver"""
@@ -357,13 +357,7 @@ class Population:
                 old = list(csv.DictReader(fh))
         iteration = str(rows[0]["iteration"])
         kept = [r for r in old if r["iteration"] != iteration] + rows
-
-        def writer(tmp: str) -> None:
-            with open(tmp, "w", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(kept)
-        atomic_write_bytes(path, writer)
+        atomic_write_csv(path, kept, columns=list(rows[0]))
 
 
 def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str], u_IJ: np.ndarray,

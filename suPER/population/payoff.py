@@ -29,7 +29,7 @@ import numpy as np
 
 from suPER import config as C
 from suPER.opponents import MATCH_BATCH, make_batch, play, team_policy
-from suPER.runs import atomic_write_bytes
+from suPER.runs import atomic_write_csv
 
 COLUMNS = ("team_policy", "opponent_policy", "episodes", "seed", "win_rate", "win_lo", "win_hi", "loss_rate",
            "loss_lo", "loss_hi", "tie_rate", "team_return", "team_return_lo", "team_return_hi", "opponent_return",
@@ -94,12 +94,7 @@ class PayoffTable:
 
     def save(self, path: Path) -> None:
         """Write ``payoff.csv`` atomically, rows in insertion order."""
-        def writer(tmp: str) -> None:
-            with open(tmp, "w", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-                w.writeheader()
-                w.writerows(self.entries.values())
-        atomic_write_bytes(Path(path), writer)
+        atomic_write_csv(Path(path), list(self.entries.values()), columns=COLUMNS)
 
     def missing(self, team_ids: Sequence[str], opponent_ids: Sequence[str]) -> list[tuple[str, str]]:
         """The pairs of ``team_ids x opponent_ids`` without an entry, row by row."""
