@@ -9,9 +9,9 @@ Usage::
 An env step is one step of one game (so E games stepped once are E env steps). Actions are uniform
 random, drawn outside the timed env call's cost as far as possible (one tensor per batch step).
 Finished games are reset inside the batch with fresh seeds, as a trainer would. Each env has one
-function ``bench_<env>(args) -> list of rows``; the MAgent batched numbers (battle, adversarial
-pursuit) and the batched-evaluation speed-ups are to be added as further ``bench_*`` functions
-(``BENCHES`` below), keeping this script's table and JSON format.
+function returning rows (``BENCHES`` below): pursuit's single game vs ``VecPursuitEnv`` at each E (CPU, and
+CUDA when present); battle and adversarial pursuit's single game vs E games in lockstep (MAgent2 has no
+batched engine: the batch shares one opponent forward per step); the batched-evaluation speed-ups.
 """
 
 from __future__ import annotations
@@ -103,6 +103,49 @@ def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _time_lockstep(batch: Any, seconds: float, seed: int = 0) -> tuple[int, float, float]:
+    """Step a ``LockstepBatch`` of MAgent games with random actions (dead agents' actions are ignored by the
+    env); finished games are reset with fresh seeds. Returns (env steps, wall s, CPU s)."""
+    rng = np.random.default_rng(seed)
+    e, n, a = batch.num_games, batch.spec.n_agents, batch.spec.n_actions
+    batch.reset(list(range(e)))
+    next_seed = e
+    steps, calls, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
+    while True:
+        res = batch.step(rng.integers(0, a, (e, n)))
+        steps, calls = steps + e, calls + 1
+        over = np.flatnonzero(res.episode_over_E)
+        if over.size:
+            batch.reset(list(range(next_seed, next_seed + over.size)), over)
+            next_seed += over.size
+        if calls % 5 == 0 and time.perf_counter() - t0 >= seconds:
+            return steps, time.perf_counter() - t0, time.process_time() - c0
+
+
+def bench_magent(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """A MAgent env (paper settings, the shipped network opponent): one game vs E games in lockstep
+    (``suPER.envs.make_batch``: one opponent forward for all E games per step), E = ``args.magent_sizes``."""
+    from suPER import config as C
+    from suPER.envs import make_batch, make_env
+
+    cfg = C.resolve(name).env
+    rows = []
+    env = make_env(cfg, seed=0)
+    steps, wall, cpu = _time_single(env, args.seconds)
+    env.close()
+    rows.append({"env": name, "impl": "MAgentEnv (single game)", "device": "cpu", "E": 1, "env_steps": steps,
+                 "seconds": wall, "cpu_seconds": cpu, "env_steps_per_sec": steps / wall,
+                 "env_steps_per_cpu_sec": steps / cpu})
+    for e in args.magent_sizes:
+        batch = make_batch(cfg, e, seed=0)
+        steps, wall, cpu = _time_lockstep(batch, args.seconds)
+        batch.close()
+        rows.append({"env": name, "impl": "LockstepBatch", "device": "cpu", "E": e, "env_steps": steps,
+                     "seconds": wall, "cpu_seconds": cpu, "env_steps_per_sec": steps / wall,
+                     "env_steps_per_cpu_sec": steps / cpu})
+    return rows
+
+
 def bench_evaluation(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Greedy evaluation of K seeded episodes, sequential vs batched (``benchmarks/eval_batch.py``'s measure):
     prints ``eval speedup batched/sequential (<env>): <x>x`` per env; rows give env-steps/s of both ways."""
@@ -123,8 +166,9 @@ def bench_evaluation(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
     "pursuit": bench_pursuit,
+    "battle": lambda args: bench_magent("battle", args),
+    "adversarial_pursuit": lambda args: bench_magent("adversarial_pursuit", args),
     "evaluation": bench_evaluation,
-    # "battle": bench_battle, "adversarial_pursuit": ...  (MAgent batched env-steps/s: not yet)
 }
 """env (or part) -> benchmark function returning table rows"""
 
@@ -163,6 +207,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--quick", action="store_true", help="smoke mode: 0.5 s per measurement, E up to 256")
     p.add_argument("--seconds", type=float, default=None, help="seconds per measurement (default 5; quick 0.5)")
     p.add_argument("--sizes", type=_sizes, default=None, help="batch sizes E (default 1,16,256,4096; quick 1,16,256)")
+    p.add_argument("--magent-sizes", type=_sizes, default=None, help="MAgent batch sizes E (default 1,16,64; quick 1,4)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: 'one core')")
     p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHES)}")
     p.add_argument("--cpu-only", action="store_true", help="skip CUDA even when present")
@@ -177,6 +222,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.eval_horizon = args.eval_horizon or (15 if args.quick else 100)
     args.seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 5.0)
     args.sizes = args.sizes or ([1, 16, 256] if args.quick else [1, 16, 256, 4096])
+    args.magent_sizes = args.magent_sizes or ([1, 4] if args.quick else [1, 16, 64])
     import torch
 
     torch.set_num_threads(args.threads)

@@ -55,8 +55,8 @@ def test_quick_rllib_and_ratio(tmp_path: Path) -> None:
 
 
 def test_envs_quick(tmp_path: Path) -> None:
-    """benchmarks/envs.py --quick: the pursuit table (single game and batched at E = 1, 16, 256), the batched
-    evaluation's speedup line and rows, and the JSON."""
+    """benchmarks/envs.py --quick: the pursuit table (single game and batched at E = 1, 16, 256), the MAgent
+    envs' single game and lockstep batches (E = 1, 4), the batched evaluation's speedup line and rows, the JSON."""
     out = tmp_path / "envs.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "envs.py"), "--quick", "--seconds", "0.2",
                            "--cpu-only", "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -66,7 +66,11 @@ def test_envs_quick(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [(r["impl"], r["E"]) for r in rows] == [("PursuitEnv (single game)", 1), ("VecPursuitEnv", 1),
                                                   ("VecPursuitEnv", 16), ("VecPursuitEnv", 256),
+                                                  *[(impl, e) for _ in ("battle", "adversarial_pursuit") for impl, e in
+                                                    [("MAgentEnv (single game)", 1), ("LockstepBatch", 1),
+                                                     ("LockstepBatch", 4)]],
                                                   ("sequential (4 episodes)", 1), ("batched (4 episodes)", 4)]
+    assert "| battle | LockstepBatch | cpu | 4 |" in proc.stdout
     assert all(r["env_steps_per_sec"] > 0 and r["env_steps_per_cpu_sec"] > 0 for r in rows)
     assert all(r["env_steps"] % r["E"] == 0 for r in rows if r["env"] == "pursuit")
     assert all(r["env_steps"] == 4 * 15 for r in rows if r["env"] == "evaluation: pursuit")  # never all caught
