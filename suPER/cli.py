@@ -735,8 +735,14 @@ def grid_run(
     wandb_project: Annotated[str | None, typer.Option("--wandb-project")] = None,
     wandb_group: Annotated[str | None, typer.Option("--wandb-group", help="default: the grid name")] = None,
     wandb_mode: Annotated[str | None, typer.Option("--wandb-mode", help="offline | online")] = None,
+    pack: Annotated[bool, typer.Option("--pack", help="train runs that share the network and update schedule "
+                                                      "as packs, one trial per pack (DQN / DDQN; others run alone)")] = False,
+    pack_size: Annotated[int | None, typer.Option("--pack-size", help="most runs per pack (default: all runs "
+                                                                      "that can share one)")] = None,
+    pack_memory_gb: Annotated[float | None, typer.Option("--pack-memory-gb", help="refuse a pack whose memory "
+                                                         "estimate exceeds this (default: the device's memory)")] = None,
 ) -> None:
-    """Run a grid through Ray Tune: one trial per run, all cores used, a live progress table.
+    """Run a grid through Ray Tune: one trial per run (or, with --pack, per pack), a live progress table.
 
     Re-running the same command skips finished runs and resumes unfinished ones from their latest
     checkpoint (after a crash, Ctrl-C or SIGKILL).
@@ -746,6 +752,10 @@ def grid_run(
     if cpus_per_trial <= 0 or gpus_per_trial < 0:
         raise UserError(f"--cpus-per-trial / --gpus-per-trial: expected > 0 / >= 0, got {cpus_per_trial} / "
                         f"{gpus_per_trial}")
+    if (pack_size is not None and pack_size < 1) or (pack_memory_gb is not None and pack_memory_gb <= 0):
+        raise UserError(f"--pack-size / --pack-memory-gb: expected >= 1 / > 0, got {pack_size} / {pack_memory_gb}")
+    if not pack and (pack_size is not None or pack_memory_gb is not None):
+        raise UserError("--pack-size / --pack-memory-gb: only with --pack")
     grid, selected = _load_grid(file, seeds, filter_)
     if not selected:
         raise UserError(f"--filter: no run of {file} matches {' '.join(filter_ or [])!r}")
@@ -761,7 +771,8 @@ def grid_run(
     if wandb_group is not None:
         run_fields["wandb_group"] = wandb_group
     outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                                 address=address, max_failures=max_failures, run_fields=run_fields)
+                                 address=address, max_failures=max_failures, run_fields=run_fields, pack=pack,
+                                 pack_size=pack_size, pack_memory_gb=pack_memory_gb)
     print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
           f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
     if outcome["failed"]:

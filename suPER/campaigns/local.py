@@ -93,6 +93,38 @@ def _trainable(config: dict[str, Any]) -> None:
                  "env_steps_per_sec": summary.env_steps_per_sec, "done": True})
 
 
+def _pack_trainable(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable of ``grid run --pack``: one pack, its runs trained by one ``train_pack``.
+
+    Runs whose folder finished (a retry after another run of the pack failed) are left out; the trial fails
+    when a run of the pack did not finish, so Tune retries it (each retry resumes the unfinished runs).
+    """
+    from ray import tune
+
+    from suPER import runs as runs_mod
+    from suPER.campaigns.packed import execute_pack
+
+    grid_runs = [GridRun.from_dict(d) for d in config["pack"]["runs"]]
+    cfgs = [r.config(out=config["out"], progress=False, threads=config["threads"], device=config["device"],
+                     **config.get("run_fields", {})) for r in grid_runs]
+    todo = [i for i, cfg in enumerate(cfgs)
+            if runs_mod.RunFolder(Path(config["out"]) / cfg.run_name).status() != runs_mod.FINISHED]
+    if not config["pack"]["packed"]:  # an algorithm the packed trainer does not train: the single-run trial
+        _trainable({**config, "run": config["pack"]["runs"][0]})
+        return
+    outcomes = execute_pack([cfgs[i] for i in todo], extra_manifests=[
+        {"grid": config["grid"], "grid_entry": grid_runs[i].entry} for i in todo]) if todo else []
+    failed = [(cfgs[i].run_name, out) for i, out in zip(todo, outcomes) if isinstance(out, BaseException)]
+    done = [out for out in outcomes if not isinstance(out, BaseException)]
+    tune.report({"env_steps": sum(s.env_steps for s in done), "budget": sum(c.run.num_timesteps for c in cfgs),
+                 "team_return": float("nan"), "env_steps_per_sec": sum(s.env_steps_per_sec for s in done),
+                 "done": not failed})
+    if failed:
+        name, exc = failed[0]
+        raise RuntimeError(f"{len(failed)} run(s) of the pack did not finish, first {name}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
 @contextmanager
 def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> Iterator[str]:
     """Connect to ``address`` (or ``RAY_ADDRESS``), or start Ray embedded on this machine, for the block.
@@ -128,7 +160,8 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
 
 def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: float = 1.0,
              gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = 1,
-             console: Any = None, run_fields: dict[str, Any] | None = None) -> dict[str, list[str]]:
+             console: Any = None, run_fields: dict[str, Any] | None = None, pack: bool = False,
+             pack_size: int | None = None, pack_memory_gb: float | None = None) -> dict[str, list[str]]:
     """Run the selected runs of ``grid`` through Ray Tune, one trial per run, each into ``out/<run name>``.
 
     Finished runs are skipped, unfinished ones resume from their latest checkpoint (in the trial, via
@@ -145,10 +178,19 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         max_failures: retries per failing trial.
         console: rich console for the live table (None: a new one on stderr).
         run_fields: ``run.*`` settings for every run that do not change results (W&B logging).
+        pack: group the runs by ``pack_key`` into packs (``campaigns.packs``), one trial per pack, each
+            trained by the packed trainer (runs it does not train stay single trials); a pack reserves
+            ``cpus_per_trial`` / ``gpus_per_trial`` once.
+        pack_size: most runs per pack (None: all runs of a group).
+        pack_memory_gb: refuse (before Ray starts) a pack whose estimate exceeds this; None = the device's
+            memory (CUDA device 0, else this machine's RAM).
 
     Returns:
         Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``,
         ``interrupted`` (Ctrl-C stopped Tune before the run finished: it resumes when run again).
+
+    Raises:
+        ConfigError: with ``pack``, a pack's memory estimate exceeds the limit (nothing has run).
     """
     import sys
     import time
@@ -168,6 +210,18 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         console.print("nothing to run")
         return outcome
     console.print(f"{len(plan.todo)} run(s) to train ({len(plan.resumable)} resuming from a checkpoint) -> {out}")
+    threads, device = run_resources(cpus_per_trial, gpus_per_trial)
+    packs = None
+    if pack:
+        from suPER.campaigns.packs import check_memory, device_memory_bytes, plan_packs
+
+        packs = plan_packs(plan.todo, out, pack_size, threads=threads, device=device, **(run_fields or {}))
+        limit = pack_memory_gb * 1e9 if pack_memory_gb is not None else device_memory_bytes(device)
+        for p in packs:
+            console.print(f"pack {p.name}: {len(p.runs)} run(s), " + (
+                f"about {p.bytes / 1e9:.3f} GB at full replay" if p.packed else "not packable, runs alone"))
+        check_memory(packs, int(limit), "--pack-memory-gb" if pack_memory_gb is not None
+                     else f"--pack-memory-gb (default: the {device} memory)")
 
     import os
 
@@ -175,17 +229,22 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
     from ray import tune
 
     with ray_session(address) as where:
-        threads, device = run_resources(cpus_per_trial, gpus_per_trial)
-        param = {"run": tune.grid_search([r.as_dict() for r in plan.todo]), "out": str(out), "threads": threads,
-                 "device": device, "grid": grid.name, "report_every_s": 2.0,
-                 "run_fields": dict(run_fields or {})}
-        table = _live_table(console, [r.run_name for r in plan.todo], where)
+        param: dict[str, Any] = {"out": str(out), "threads": threads, "device": device, "grid": grid.name,
+                                 "report_every_s": 2.0, "run_fields": dict(run_fields or {})}
+        if packs is None:
+            param["run"] = tune.grid_search([r.as_dict() for r in plan.todo])
+        else:
+            param["pack"] = tune.grid_search([{"name": p.name, "packed": p.packed, "runs": [r.as_dict() for r in p.runs]}
+                                              for p in packs])
+        trainable: Any = _trainable if packs is None else _pack_trainable
+        table = _live_table(console, [r.run_name for r in plan.todo] if packs is None else [p.name for p in packs],
+                            where)
 
         def trial_name(trial: Any) -> str:
             return _trial_run_name(trial.config)
 
         tuner = tune.Tuner(
-            tune.with_resources(_trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
+            tune.with_resources(trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
             param_space=param,
             tune_config=tune.TuneConfig(trial_name_creator=trial_name, trial_dirname_creator=trial_name),
             run_config=tune.RunConfig(name=f"{grid.name}-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -200,8 +259,12 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         for res in results:
             # a trial Ctrl-C stopped before it started has no config; its folder is named after the run
             name = _trial_run_name(res.config) if res.config else Path(res.path).name
-            finished = RunFolder(out / name).status() == FINISHED
-            outcome["failed" if res.error else "finished" if finished else "interrupted"].append(name)
+            names = [r["_run_name"] for r in res.config["pack"]["runs"]] if packs is not None and res.config else [name]
+            for run_name in names:
+                finished = RunFolder(out / run_name).status() == FINISHED
+                key = ("finished" if finished else "failed" if res.error else "interrupted") if packs is not None else (
+                    "failed" if res.error else "finished" if finished else "interrupted")
+                outcome[key].append(run_name)
             if res.error:
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")
@@ -278,5 +341,5 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
 
 
 def _trial_run_name(config: dict[str, Any]) -> str:
-    """The run folder name of a trial, from its config (``{"run": GridRun.as_dict(), ...}``)."""
-    return str(config["run"]["_run_name"])
+    """The run folder name of a trial, from its config (``{"run": GridRun.as_dict(), ...}``); a pack's name."""
+    return str(config["pack"]["name"] if "pack" in config else config["run"]["_run_name"])

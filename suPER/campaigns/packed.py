@@ -33,14 +33,15 @@ class _Slot:
     ended: bool = False
 
 
-def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False,
-                 backend: str = "native") -> list[Any]:
+def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, backend: str = "native",
+                 extra_manifests: Sequence[dict[str, Any]] | None = None) -> list[Any]:
     """Train ``cfgs`` as one pack, each into its own run folder (``execute``'s semantics per run).
 
     Args:
         cfgs: validated configs that ``suPER.native.packed.check_packable`` accepts.
         overwrite: as for ``execute``, per run.
         backend: must be ``native`` (the packed trainer is native).
+        extra_manifests: per run, further manifest fields (``grid run --pack``: its grid and entry).
 
     Returns:
         Per run, its Summary or the exception that stopped or refused it.
@@ -56,6 +57,7 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False,
     check_packable(cfgs)
     pack_info = {"size": len(cfgs), "runs": [c.run_name for c in cfgs], "trainer": "suPER.native.packed"}
     slots = [_Slot() for _ in cfgs]
+    extras = list(extra_manifests) if extra_manifests is not None else [{} for _ in cfgs]
     cond = threading.Condition()
 
     def handed_over(i: int) -> Any:
@@ -72,7 +74,7 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False,
     def run_thread(i: int) -> None:
         try:
             slots[i].outcome = execute(cfgs[i], overwrite=overwrite, backend=backend, train_fn=handed_over(i),
-                                       extra_manifest={"pack": pack_info})
+                                       extra_manifest={"pack": pack_info, **extras[i]})
         except BaseException as exc:  # noqa: BLE001 - reported to the caller per run
             slots[i].outcome = exc
         finally:
