@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 
 from suPER import campaigns
-from suPER.campaigns.packs import plan_packs, replay_bytes
+from suPER.campaigns.packs import plan_packs
 from suPER.cli import main
+from suPER.native.pack_memory import replay_bytes
 from suPER.replay import CompactPER, MultiAgentPER
 from suPER.replay.compact import CellCodec
 
@@ -73,18 +75,43 @@ def test_a_pack_over_the_memory_limit_is_refused_in_one_line(tmp_path: Path, cap
     assert not (out / ".tune").exists()  # refused before Ray started
 
 
+def metrics_steps(folder: Path) -> list[int]:
+    with (folder / "metrics.csv").open() as f:
+        return [int(float(row["env_steps"])) for row in csv.DictReader(f)]
+
+
 @pytest.mark.slow
-def test_grid_run_pack_trains_two_seeds_as_one_pack(tmp_path: Path) -> None:
+def test_grid_run_pack_resumes_two_seeds_as_one_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from suPER.campaigns.packed import execute_pack
+    from suPER.native.packed import PackEnvs
+
     grid_file = write_grid(tmp_path)
     out = tmp_path / "c"
+    grid = campaigns.load_grid(grid_file)
+    # the pack is interrupted (as by Ctrl-C) at 80 env steps, after both runs' checkpoint at 60
+    step, calls = PackEnvs.step, [0]
+
+    def interrupted_step(self: PackEnvs, *args: object) -> object:
+        calls[0] += 1
+        if calls[0] > 80:
+            raise KeyboardInterrupt
+        return step(self, *args)
+
+    monkeypatch.setattr(PackEnvs, "step", interrupted_step)
+    with pytest.raises(KeyboardInterrupt):
+        execute_pack([r.config(out=out, progress=False, threads=1, device="cpu") for r in grid.runs])
+    monkeypatch.undo()
+    assert [metrics_steps(out / r.run_name) for r in grid.runs] == [[0, 60], [0, 60]]
+
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline", "COLUMNS": "160"}
     env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, "-m", "suPER.cli", "grid", "run", str(grid_file), "--out", str(out), "--pack"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 run(s) to train (2 resuming from a checkpoint)" in r.stderr
     assert "2 finished now, 0 finished before, 0 failed" in r.stdout
     assert "pack pursuit" in r.stderr and "2 run(s), about" in r.stderr
-    grid = campaigns.load_grid(grid_file)
+    assert [metrics_steps(out / r.run_name) for r in grid.runs] == [[0, 60, 120], [0, 60, 120]]
     # the same run trained unpacked: the packed folders have its layout
     ref = tmp_path / "ref"
     campaigns.execute(grid.runs[0].config(out=ref, progress=False))
