@@ -185,7 +185,7 @@ def bench_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     rows = []
     for name in args.replay_envs:
-        cfg = C.resolve(name)
+        cfg = C.resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})  # spec only
         env = make_env(cfg.env, seed=0)
         spec = env.spec
         env.close()
