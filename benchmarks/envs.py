@@ -11,7 +11,8 @@ random, drawn outside the timed env call's cost as far as possible (one tensor p
 Finished games are reset inside the batch with fresh seeds, as a trainer would. Each env has one
 function returning rows (``BENCHES`` below): pursuit's single game vs ``VecPursuitEnv`` at each E (CPU, and
 CUDA when present); battle and adversarial pursuit's single game vs E games in lockstep (MAgent2 has no
-batched engine: the batch shares one opponent forward per step); the batched-evaluation speed-ups.
+batched engine: the batch shares one opponent forward per step); the batched-evaluation speed-ups; replay
+bytes per run at full buffers, plain vs compact layout (computed from the buffers' layout, not filled).
 """
 
 from __future__ import annotations
@@ -164,11 +165,47 @@ def bench_evaluation(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+REPLAY_UNLINKED = {"pursuit": 0.37, "battle": 0.30, "adversarial_pursuit": 0.37}
+"""assumed share of rows that keep their own next_obs frame at full buffers: ``extra_frames / rows`` measured by
+``benchmarks/replay_memory.py`` (bandwidth 0.1, random play; benchmarks/README.md, 'unlinked rows')"""
+
+
+def bench_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Replay bytes per run at full buffers, plain ``MultiAgentPER`` vs ``CompactPER``, without filling them.
+
+    Both buffers are built at the env's real ``dqn.buffer_size``, obs shape and dtype (``np.zeros`` pages are
+    only backed once written, so this costs a few MB). Plain: ``nbytes`` (everything is allocated up front).
+    Compact: ``nbytes_at_capacity(REPLAY_UNLINKED[env])``, its pool of unlinked ``next_obs`` frames sized by
+    the measured share and the MAgent palette at its maximum of 65,536 codes (an upper bound: <= 1.3 MB).
+    Prints ``replay bytes per run at full buffers (<env>): plain <x> GB, compact <y> GB, compact/plain <r>``.
+    """
+    from suPER import config as C
+    from suPER.envs import make_env
+    from suPER.replay import CompactPER, MultiAgentPER
+
+    rows = []
+    for name in args.replay_envs:
+        cfg = C.resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})  # spec only
+        env = make_env(cfg.env, seed=0)
+        spec = env.spec
+        env.close()
+        cap, P = cfg.dqn.buffer_size, spec.n_agents
+        plain = MultiAgentPER(P, cap, spec.obs_shape, spec.obs_dtype).nbytes
+        compact = CompactPER(P, cap, spec.obs_shape, spec.obs_dtype).nbytes_at_capacity(REPLAY_UNLINKED[name])
+        print(f"replay bytes per run at full buffers ({name}): plain {plain / 1e9:.3f} GB, compact "
+              f"{compact / 1e9:.3f} GB, compact/plain {compact / plain:.3f}", flush=True)
+        for layout, nbytes in (("plain MultiAgentPER", plain), ("compact CompactPER", compact)):
+            rows.append({"env": f"replay: {name}", "impl": layout, "device": "cpu", "E": 1, "capacity": cap,
+                         "policies": P, "replay_bytes": int(nbytes), "ratio_vs_plain": nbytes / plain})
+    return rows
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
     "pursuit": bench_pursuit,
     "battle": lambda args: bench_magent("battle", args),
     "adversarial_pursuit": lambda args: bench_magent("adversarial_pursuit", args),
     "evaluation": bench_evaluation,
+    "replay": bench_replay,
 }
 """env (or part) -> benchmark function returning table rows"""
 
@@ -182,11 +219,21 @@ def report(rows: list[dict[str, Any]]) -> str:
     single = {r["env"]: r["env_steps_per_cpu_sec"] for r in rows if r["impl"].endswith("(single game)")}
     lines = ["| env | implementation | device | E | env-steps/s (wall) | env-steps per CPU-s | x single game |",
              "|---|---|---|---|---|---|---|"]
+    replay = [r for r in rows if "replay_bytes" in r]
     for r in rows:
+        if "replay_bytes" in r:
+            continue
         ratio = r["env_steps_per_cpu_sec"] / single[r["env"]] if r["env"] in single else float("nan")
         r["ratio_vs_single"] = ratio
         lines.append(f"| {r['env']} | {r['impl']} | {r['device']} | {r['E']} | {r['env_steps_per_sec']:,.0f} | "
                      f"{r['env_steps_per_cpu_sec']:,.0f} | {ratio:.1f} |")
+    if len(lines) == 2:
+        lines = []
+    if replay:
+        lines += [""] * bool(lines) + ["| replay at full buffers | layout | policies | capacity | GB per run | x plain |",
+                                       "|---|---|---|---|---|---|"]
+        lines += [f"| {r['env'].removeprefix('replay: ')} | {r['impl']} | {r['policies']} | {r['capacity']:,} | "
+                  f"{r['replay_bytes'] / 1e9:.3f} | {r['ratio_vs_plain']:.3f} |" for r in replay]
     return "\n".join(lines)
 
 
@@ -216,7 +263,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                    help="envs of the evaluation benchmark (default pursuit,battle,adversarial_pursuit; quick pursuit)")
     p.add_argument("--eval-episodes", type=int, default=None, help="K episodes per evaluation (default 20; quick 4)")
     p.add_argument("--eval-horizon", type=int, default=None, help="their horizon (default 100; quick 15)")
+    p.add_argument("--replay-envs", default="pursuit,battle,adversarial_pursuit",
+                   help=f"envs of the replay-bytes rows (default all: {', '.join(REPLAY_UNLINKED)})")
     args = p.parse_args(argv)
+    args.replay_envs = [s for s in args.replay_envs.split(",") if s]
+    if set(args.replay_envs) - set(REPLAY_UNLINKED):
+        p.error(f"--replay-envs: unknown {sorted(set(args.replay_envs) - set(REPLAY_UNLINKED))}; "
+                f"expected some of {', '.join(REPLAY_UNLINKED)}")
     args.eval_envs = (args.eval_envs or ("pursuit" if args.quick else "pursuit,battle,adversarial_pursuit")).split(",")
     args.eval_episodes = args.eval_episodes or (4 if args.quick else 20)
     args.eval_horizon = args.eval_horizon or (15 if args.quick else 100)

@@ -56,7 +56,8 @@ def test_quick_rllib_and_ratio(tmp_path: Path) -> None:
 
 def test_envs_quick(tmp_path: Path) -> None:
     """benchmarks/envs.py --quick: the pursuit table (single game and batched at E = 1, 16, 256), the MAgent
-    envs' single game and lockstep batches (E = 1, 4), the batched evaluation's speedup line and rows, the JSON."""
+    envs' single game and lockstep batches (E = 1, 4), the batched evaluation's speedup line and rows, the replay
+    bytes rows (plain vs compact at full buffers), the JSON."""
     out = tmp_path / "envs.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "envs.py"), "--quick", "--seconds", "0.2",
                            "--cpu-only", "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -69,8 +70,17 @@ def test_envs_quick(tmp_path: Path) -> None:
                                                   *[(impl, e) for _ in ("battle", "adversarial_pursuit") for impl, e in
                                                     [("MAgentEnv (single game)", 1), ("LockstepBatch", 1),
                                                      ("LockstepBatch", 4)]],
-                                                  ("sequential (4 episodes)", 1), ("batched (4 episodes)", 4)]
+                                                  ("sequential (4 episodes)", 1), ("batched (4 episodes)", 4),
+                                                  *[(layout, 1) for _ in range(3)
+                                                    for layout in ("plain MultiAgentPER", "compact CompactPER")]]
     assert "| battle | LockstepBatch | cpu | 4 |" in proc.stdout
-    assert all(r["env_steps_per_sec"] > 0 and r["env_steps_per_cpu_sec"] > 0 for r in rows)
+    env_rows = [r for r in rows if "replay_bytes" not in r]
+    assert all(r["env_steps_per_sec"] > 0 and r["env_steps_per_cpu_sec"] > 0 for r in env_rows)
+    # replay bytes: battle's plain layout is obs + next_obs of 6 x 90,000 rows of 13x13x5 float16 plus trees/arrays
+    replay = {(r["env"], r["impl"]): r for r in rows if "replay_bytes" in r}
+    plain = replay[("replay: battle", "plain MultiAgentPER")]["replay_bytes"]
+    assert 2 * 6 * 90_000 * 13 * 13 * 5 * 2 < plain < 1.02 * 2 * 6 * 90_000 * 13 * 13 * 5 * 2
+    assert 0.1 < replay[("replay: battle", "compact CompactPER")]["ratio_vs_plain"] < 0.2
+    assert "replay bytes per run at full buffers (adversarial_pursuit): plain " in proc.stdout
     assert all(r["env_steps"] % r["E"] == 0 for r in rows if r["env"] == "pursuit")
     assert all(r["env_steps"] == 4 * 15 for r in rows if r["env"] == "evaluation: pursuit")  # never all caught

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from suPER.models.qnet import BatchedQNet, BodyKind
+from suPER.models.qnet import BatchedQNet, BodyKind, copy_into_slices
 
 
 class PackedQNet(BatchedQNet):
@@ -85,13 +85,7 @@ class PackedQNet(BatchedQNet):
         if params.keys() != state_dict.keys():
             raise KeyError(f"run state dict does not match this net: missing {sorted(params.keys() - state_dict.keys())}, "
                            f"unexpected {sorted(state_dict.keys() - params.keys())}")
-        with torch.no_grad():
-            for name, p in params.items():
-                dst = self.run_slice(p, r)
-                src = state_dict[name]
-                if tuple(src.shape) != tuple(dst.shape):
-                    raise ValueError(f"{name}: expected shape {tuple(dst.shape)}, got {tuple(src.shape)}")
-                dst.copy_(src)
+        copy_into_slices(params, state_dict, lambda p: self.run_slice(p, r))
 
     @torch.no_grad()
     def copy_run_from(self, other: PackedQNet, r: int) -> None:

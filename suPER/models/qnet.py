@@ -22,7 +22,7 @@ Shapes: ``P`` policies, ``B`` batch rows per policy, ``O`` one observation ``(H,
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -244,6 +244,25 @@ class BatchedLinear(nn.Module):
         return torch.baddbmm(self.bias, x_PBI, self.weight)
 
 
+def copy_into_slices(params: Mapping[str, torch.Tensor], state_dict: Mapping[str, torch.Tensor],
+                     slice_of: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Copy ``state_dict[name]`` into ``slice_of(params[name])`` for every name, without autograd.
+
+    The one place that writes a small net's weights into one policy's / run's slice of a batched net
+    (``BatchedQNet.load_policy_state_dict``, ``PackedQNet.load_run_state_dict``); the caller checks the keys.
+
+    Raises:
+        ValueError: a tensor's shape differs from its slice's (names the parameter).
+    """
+    with torch.no_grad():
+        for name, param in params.items():
+            dst = slice_of(param)
+            src = state_dict[name]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(f"{name}: expected shape {tuple(dst.shape)}, got {tuple(src.shape)}")
+            dst.copy_(src)
+
+
 class BatchedQNet(nn.Module):
     """Q-networks of ``P`` independent policies, evaluated and trained in one batched call.
 
@@ -415,13 +434,7 @@ class BatchedQNet(nn.Module):
                 f"policy state dict does not match this net (body={self.body}, dueling={self.dueling}): "
                 f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
             )
-        with torch.no_grad():
-            for name, param in params.items():
-                dst = self.policy_slice(param, p)
-                src = state_dict[name]
-                if tuple(src.shape) != tuple(dst.shape):
-                    raise ValueError(f"{name}: expected shape {tuple(dst.shape)}, got {tuple(src.shape)}")
-                dst.copy_(src)
+        copy_into_slices(params, state_dict, lambda param: self.policy_slice(param, p))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -209,6 +209,35 @@ class CompactPER(MultiAgentPER):
         """Extra frames in use (rows whose ``next_obs`` is not linked to a stored row)."""
         return self._extra_used - self._n_free
 
+    def nbytes_at_capacity(self, unlinked_share: float, n_codes: int = CellCodec.MAX_CODES) -> int:
+        """:attr:`nbytes` this buffer would report once every policy holds ``capacity`` rows.
+
+        Everything but the extra-frame pool and the palette is allocated at construction, so only those two
+        need an assumption: ``U = ceil(unlinked_share * P * capacity)`` rows hold their own ``next_obs`` frame
+        at the pool's peak, and the palette holds ``n_codes`` channel vectors (default: its maximum, an upper
+        bound). The pool's array is the first size of its growth sequence (64, then ``cap * 3 // 2 + 64``,
+        capped at ``P * capacity``) that holds ``U`` frames, with one int64 free-list slot per frame; the
+        palette array doubles from 256 vectors. Exact for the layout, given ``U`` and ``n_codes``.
+        """
+        if not 0.0 <= unlinked_share <= 1.0:
+            raise ValueError(f"unlinked_share must lie in [0, 1], got {unlinked_share}")
+        PN = self.n_policies * self.capacity
+        need = int(np.ceil(unlinked_share * PN))
+        cap = self._extra.shape[0]
+        while cap < need:
+            cap = min(PN, cap * 3 // 2 + 64)
+        frame_bytes = int(np.prod(self._frame_shape, dtype=np.int64)) * self._frame_dtype.itemsize
+        now = self.nbytes - self._extra.nbytes - self._free.nbytes
+        full = now + cap * (frame_bytes + np.dtype(np.int64).itemsize)
+        if self.codec is not None:
+            n = min(int(n_codes), CellCodec.MAX_CODES)
+            rows = self.codec._palette.shape[0]
+            while rows < n:
+                rows = min(CellCodec.MAX_CODES, 2 * rows)
+            item = self.codec.n_channels * self.codec.dtype.itemsize
+            full += (rows - self.codec._palette.shape[0]) * item + (n - self.codec.n_codes) * (8 + 2)
+        return int(full)
+
     def _encode(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=self.obs_dtype)
         return self.codec.encode(x) if self.codec is not None else x

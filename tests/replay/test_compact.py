@@ -177,6 +177,27 @@ def test_codec_fails_loudly_instead_of_rounding(monkeypatch: pytest.MonkeyPatch)
     assert buf.sizes.tolist() == [0]  # the failed add stored nothing
 
 
+def test_nbytes_at_capacity_is_what_a_filled_buffer_reports() -> None:
+    """``nbytes_at_capacity`` (used by benchmarks/envs.py instead of filling GBs) against a buffer filled to
+    capacity where every odd row of each stream keeps its own next_obs frame (share 0.5; the pool grows
+    64 -> 160 -> 304 frames) and the palette holds at most 3**5 = 243 codes."""
+    P, N, T, shape = 2, 200, 20, (3, 3, 5)
+    buf = CompactPER(P, N, shape, np.float16, n_streams=P)
+    fresh = CompactPER(P, N, shape, np.float16, n_streams=P)
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        f = rng.integers(0, 3, (P, T + 1, *shape)).astype(np.float16) / 2  # one trajectory per policy
+        nxt = f[:, 1:].copy()
+        nxt[:, 1::2] = rng.integers(0, 3, nxt[:, 1::2].shape) / 2 + 2  # odd rows: next_obs not the next row's obs
+        pol = np.repeat(np.arange(P), T)
+        z = np.zeros(pol.size)
+        buf.add(pol, f[:, :-1].reshape(-1, *shape), z.astype(np.int64), z, nxt.reshape(-1, *shape), z, stream_K=pol)
+    assert buf.sizes.tolist() == [N, N] and buf.extra_frames == P * N // 2
+    assert fresh.nbytes_at_capacity(0.5, n_codes=buf.codec.n_codes) == buf.nbytes
+    assert fresh.nbytes_at_capacity(0.5) > buf.nbytes  # the default palette (65,536 codes) bounds from above
+    assert fresh.nbytes_at_capacity(0.0, n_codes=0) == fresh.nbytes
+
+
 MAGENT = {"battle": {"env.kwargs.map_size": 18, "env.opponent": "random"},
           "adversarial_pursuit": {"env.kwargs.map_size": 18, "env.opponent": "random"}}
 
