@@ -181,7 +181,7 @@ def train(
     insertion_priority: Annotated[str | None, typer.Option("--insertion-priority", help="max | sender | legacy")] = None,
     legacy: Annotated[bool, typer.Option(help="reproduce the original's documented quirks (docs/decisions.md)")] = False,
     opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent team: pretrained "
-                                                      "(default) | random | learning (self-play) | PATH (.safetensors)")] = None,
+                                                      "(default) | random | learning (self-play) | PATH (.safetensors team or .mixture.json)")] = None,
     opponent_epsilon: Annotated[float | None, typer.Option("--opponent-epsilon", help="epsilon-greedy exploration "
                                                            "of a network opponent (default 0: greedy)")] = None,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="accept an opponent PATH in the original's "
@@ -978,7 +978,7 @@ def opponents_eval(
     env: Annotated[str, typer.Option(help="battle | adversarial_pursuit")],
     team: Annotated[str, typer.Option(help="the learning side: random | a run's checkpoints/final.pt | a team "
                                            ".safetensors file")] = "random",
-    opponent: Annotated[str, typer.Option(help="pretrained | random | PATH (.safetensors)")] = "pretrained",
+    opponent: Annotated[str, typer.Option(help="pretrained | random | PATH (.safetensors team or .mixture.json)")] = "pretrained",
     episodes: Annotated[int, typer.Option(help="episodes to play")] = 20,
     seed: Annotated[int, typer.Option(help="env seed of the first episode (and of random / epsilon draws)")] = 1,
     opponent_epsilon: Annotated[float, typer.Option("--opponent-epsilon", help="opponent exploration")] = 0.0,
