@@ -16,6 +16,13 @@ from suPER.population.payoff import PayoffTable
 from suPER.runs import atomic_write_bytes
 
 
+def _save(plt: Any, fig: Any, out: Path) -> Path:
+    """Lay out, write ``out`` as PNG atomically, close the figure."""
+    fig.tight_layout()
+    atomic_write_bytes(out, lambda p: fig.savefig(p, format="png", dpi=120))
+    plt.close(fig)
+    return out
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
@@ -47,10 +54,7 @@ def payoff_heatmap(folder: Path, team: list[str], opponent: list[str], out: Path
     ax.set_ylabel("team policy")
     ax.set_title("team win / loss rate", fontsize=9)
     fig.colorbar(im, ax=ax, label="team win - loss")
-    fig.tight_layout()
-    atomic_write_bytes(out, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def meta_strategy_plot(folder: Path, out: Path) -> Path:
@@ -73,10 +77,7 @@ def meta_strategy_plot(folder: Path, out: Path) -> Path:
         ax.set_ylim(0, 1)
         ax.set_title(f"{side} meta-strategy", fontsize=9)
         ax.legend(fontsize=6, loc="upper left")
-    fig.tight_layout()
-    atomic_write_bytes(out, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def exploitability_plot(folder: Path, out: Path) -> Path:
@@ -92,10 +93,7 @@ def exploitability_plot(folder: Path, out: Path) -> Path:
     ax.set_xlabel("iteration")
     ax.set_ylabel("win - loss")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic_write_bytes(out, lambda p: fig.savefig(p, format="png", dpi=120))
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def draw_all(folder: Path, team: list[str], opponent: list[str]) -> list[Path]:
