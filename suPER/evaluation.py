@@ -27,9 +27,6 @@ import numpy as np
 from suPER.config import EnvConfig
 from suPER.envs.base import BatchedMultiAgentEnv, MultiAgentEnv
 
-ActFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""(obs_NO float32, alive_N bool) -> actions_N int64"""
-
 BatchActFn = Callable[[Any, Any], Any]
 """(obs_ENO float32, alive_EN bool) -> actions_EN int64, for E games at once (numpy or tensors in, numpy or a
 tensor out); E = 1 when episodes are played one at a time"""
@@ -132,7 +129,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
         env: the env, or a batch of E games.
         act: ``(obs_ENO, alive_EN) -> actions_EN``.
         seeds: one seed per episode (``episode_seeds``); on a ``MultiAgentEnv`` None resets without a seed
-            (the env's RNG continues: the RLlib backend's unseeded episodes).
+            (the env's RNG continues: ``random_team_return``'s episodes).
         on_reset: called with E before each wave of E games (with 1 before each sequential episode).
 
     Returns:
@@ -245,21 +242,3 @@ def random_team_return(env_cfg: EnvConfig, episodes: int = 20, seed: int = 12345
                              [None] * episodes).summary().team_return_mean
     finally:
         env.close()
-
-
-def evaluate(env: MultiAgentEnv, act: ActFn, episodes: int,
-             on_reset: Callable[[], None] | None = None) -> EvalResult:
-    """Unseeded sequential episodes, kept only for the RLlib backend (``core/rllib_runner.py``).
-
-    A thin alias of ``play_episodes``'s sequential path: the env is reset without a seed each time (it was
-    seeded once by the caller and its RNG continues across evaluations, as the original's evaluation
-    worker did). New code plays seeded episodes with ``evaluate_episodes``.
-
-    Args:
-        env: the evaluation env.
-        act: greedy policy of the learning team, ``(obs_NO, alive_N) -> actions_N``.
-        episodes: number of complete episodes.
-        on_reset: called at the start of every episode (recurrent policies clear their hidden state).
-    """
-    return play_episodes(env, lambda obs_1NO, alive_1N: act(obs_1NO[0], alive_1N[0]), [None] * episodes,
-                         None if on_reset is None else lambda e: on_reset()).summary()

@@ -169,6 +169,14 @@ def env_seeds(cfg: ExperimentConfig) -> tuple[int, int]:
     return train_seed, train_seed + cfg.env.eval_seed_offset
 
 
+def make_eval_env(cfg: ExperimentConfig, eval_seed: int) -> MultiAgentEnv | BatchedMultiAgentEnv:
+    """A run's evaluation env, for both backends: a batch of ``min(run.eval_batch, run.eval_episodes)``
+    games (``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
+    when ``run.eval_batch`` is 0. Opponents (if any) are seeded from ``eval_seed``; episodes by their own seeds."""
+    games = min(cfg.run.eval_batch, cfg.run.eval_episodes)
+    return make_eval_batch(cfg.env, games, seed=eval_seed) if games > 0 else make_env(cfg.env, seed=eval_seed)
+
+
 def start_run(run: RunConfig) -> torch.device:
     """What every trainer does first, native or RLlib: device, threads, then every global RNG from ``run.seed``.
 
@@ -239,6 +247,17 @@ class RunRecord:
     def throughput(self, env_steps: int, elapsed: float) -> float:
         """Training env steps per second: ``env_steps / (elapsed - overhead)``."""
         return env_steps / max(elapsed - self.overhead(), 1e-9)
+
+    def evaluate(self, eval_env: MultiAgentEnv | BatchedMultiAgentEnv, eval_seed: int, episodes: int,
+                 act: BatchActFn, on_reset: BatchResetFn | None = None) -> EvalResult:
+        """Play evaluation i's greedy episodes (timed as ``eval``), i = the rows already in metrics.csv.
+
+        The episodes are seeded ``episode_seeds(eval_seed, i, episodes)``, so a resumed run continues the
+        count and every evaluation is reproducible from the run seed (both backends).
+        """
+        with self.timer("eval"):
+            seeds = episode_seeds(eval_seed, len(self.metrics.rows), episodes)
+            return evaluate_episodes(eval_env, act, seeds, on_reset)
 
     def row(self, env_steps: int, result: EvalResult, learner_ids: Sequence[str], train_return: float,
             extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -333,9 +352,7 @@ class RunLoop:
         self._train_seed, self.eval_seed = env_seeds(cfg)
         self.envs: list[MultiAgentEnv] = [make_env(cfg.env, seed=self._train_seed + i * ENV_SEED_STRIDE)
                                           for i in range(num_envs)]
-        games = min(run.eval_batch, run.eval_episodes)
-        self.eval_env: MultiAgentEnv | BatchedMultiAgentEnv = (
-            make_eval_batch(cfg.env, games, seed=self.eval_seed) if games > 0 else make_env(cfg.env, seed=self.eval_seed))
+        self.eval_env: MultiAgentEnv | BatchedMultiAgentEnv = make_eval_env(cfg, self.eval_seed)
         self.spec = self.envs[0].spec
         folder.checkpoints.mkdir(parents=True, exist_ok=True)
         self.latest: Path = folder.checkpoints / "latest.pt"
@@ -393,9 +410,7 @@ class RunLoop:
         Returns:
             The row written to metrics.csv.
         """
-        with self.timer("eval"):
-            seeds = episode_seeds(self.eval_seed, len(self.metrics.rows), self.cfg.run.eval_episodes)
-            res = evaluate_episodes(self.eval_env, act, seeds, on_reset)
+        res = self.record.evaluate(self.eval_env, self.eval_seed, self.cfg.run.eval_episodes, act, on_reset)
         row = self.record.row(self.env_steps, res, self.spec.learner_ids, self.train_return(), extra)
         while self.next_eval <= self.env_steps:
             self.next_eval += self.eval_every

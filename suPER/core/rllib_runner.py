@@ -23,9 +23,10 @@ Mapping of the config (differences from the native trainer in brackets):
   ignores ``adam_epsilon`` and uses torch's default eps 1e-8, equal to ``dqn.adam_eps``'s default];
   grad-norm clip per module.
 - epsilon: RLlib's piecewise-linear schedule over env steps, the same line as ``DQNConfig.epsilon``.
-- one RLlib iteration = ``cfg.eval_interval`` env steps, then a greedy evaluation with
-  ``suPER.evaluation.evaluate`` on a separate env built exactly as the native trainer builds it
-  [native: each evaluation's episodes seeded by ``episode_seeds``; here ``evaluate``'s unseeded episodes].
+- one RLlib iteration = ``cfg.eval_interval`` env steps, then a greedy evaluation on the native trainer's
+  evaluation env and protocol (``suPER.loop.make_eval_env``, ``RunRecord.evaluate``): evaluation i's
+  episodes seeded ``episode_seeds(eval_seed, i, K)`` and played ``run.eval_batch`` games at a time with
+  one forward per module and step.
 - device, threads, seeds (``suPER.loop.start_run``, ``env_seeds``) and the metrics rows, timings and
   throughput (``suPER.loop.RunRecord``) are the native ``RunLoop``'s code.
 """
@@ -42,7 +43,6 @@ import numpy as np
 from suPER.config import EnvConfig, ExperimentConfig
 from suPER.core.selection import SELECTION_RULES
 from suPER.envs import make_env
-from suPER.evaluation import evaluate
 from suPER.runs import Logger, RunFolder, Summary
 
 if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training
@@ -235,7 +235,7 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from suPER.loop import RunRecord, env_seeds, start_run
+    from suPER.loop import RunRecord, env_seeds, make_eval_env, start_run
 
     start_run(cfg.run)
     record = RunRecord(folder, logger, progress)
@@ -247,9 +247,9 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
     try:
         with record.timer("startup"):
             own_ray = None if ray.is_initialized() else embedded_ray.start(num_cpus=1)
-            eval_env = make_env(cfg.env, seed=env_seeds(cfg)[1])
+            eval_env = make_eval_env(cfg, env_seeds(cfg)[1])
             algo = build_config(cfg).build_algo()
-        return _train_loop(cfg, folder, record, algo, eval_env)
+        return _train_loop(cfg, folder, record, algo, eval_env, env_seeds(cfg)[1])
     finally:
         if eval_env is not None:
             eval_env.close()
@@ -259,7 +259,8 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
             embedded_ray.stop(own_ray)
 
 
-def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, algo: Any, eval_env: Any) -> Summary:
+def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, algo: Any, eval_env: Any,
+                eval_seed: int) -> Summary:
     """One ``algo.train()`` per evaluation interval, then a greedy evaluation row (``record.row``)."""
     import torch
 
@@ -271,20 +272,22 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, alg
     batch = d.batch_size * (spec.n_agents if d.parameter_sharing else 1)
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
 
+    agents_of_module = {m: [i for i, mm in enumerate(module_of) if mm == m] for m in dict.fromkeys(module_of)}
+
     @torch.no_grad()
-    def greedy(obs_NO: np.ndarray, alive_N: np.ndarray) -> np.ndarray:
-        """Greedy actions of the current modules (the EnvRunner's copies, synced after each update)."""
-        obs = torch.as_tensor(obs_NO.reshape(len(ids), -1) if flatten else obs_NO, dtype=torch.float32)
-        actions_N = np.zeros(len(ids), dtype=np.int64)
-        for m in dict.fromkeys(module_of):
-            rows = [i for i, mm in enumerate(module_of) if mm == m]
-            out = algo.get_module(m).forward_inference({"obs": obs[rows]})
-            actions_N[rows] = out["actions"].cpu().numpy()
-        return actions_N
+    def greedy(obs_ENO: Any, alive_EN: Any) -> np.ndarray:
+        """Greedy actions of the current modules for E games (one forward per module over its E x n rows)."""
+        obs = torch.as_tensor(obs_ENO, dtype=torch.float32)
+        e = obs.shape[0]
+        actions_EN = np.zeros((e, len(ids)), dtype=np.int64)
+        for m, agents in agents_of_module.items():
+            rows = obs[:, agents].reshape(e * len(agents), *obs.shape[2:])
+            out = algo.get_module(m).forward_inference({"obs": rows.reshape(len(rows), -1) if flatten else rows})
+            actions_EN[:, agents] = out["actions"].cpu().numpy().reshape(e, len(agents))
+        return actions_EN
 
     def do_eval(env_steps: int, result: dict[str, Any] | None) -> None:
-        with record.timer("eval"):
-            res = evaluate(eval_env, greedy, run.eval_episodes)
+        res = record.evaluate(eval_env, eval_seed, run.eval_episodes, greedy)
         train_return, columns = _train_stats(result, module_of, batch, env_steps, cfg)
         if cfg.relay.enabled:
             columns.update(_relay_stats(result, module_of, spec.team))

@@ -31,10 +31,44 @@ def header(path: Path) -> list[str]:
     return path.read_text().splitlines()[0].split(",")
 
 
+def replay_evaluations(cfg: C.ExperimentConfig, folder: Path) -> list[Any]:
+    """Replay every evaluation of an RLlib run with the native protocol: evaluation i plays
+    ``episode_seeds(eval_seed, i, K)`` on ``loop.make_eval_env`` (a batch of K games), with the greedy
+    actions of the run's final modules (its checkpoint)."""
+    import torch
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from suPER.evaluation import episode_seeds, play_episodes
+    from suPER.loop import env_seeds, make_eval_env
+
+    modules_dir = folder / "checkpoints" / "rllib_final" / "learner_group" / "learner" / "rl_module"
+    ids = [c.removeprefix("return_") for c in header(folder / "metrics.csv") if c.startswith("return_")]
+    modules = {a: RLModule.from_checkpoint(modules_dir / a) for a in ids}
+
+    @torch.no_grad()
+    def greedy(obs_ENO: Any, alive_EN: Any) -> np.ndarray:
+        obs = torch.as_tensor(obs_ENO, dtype=torch.float32)
+        return np.stack([modules[a].forward_inference({"obs": obs[:, i]})["actions"].numpy()
+                         for i, a in enumerate(ids)], axis=1)
+
+    eval_seed = env_seeds(cfg)[1]
+    env = make_eval_env(cfg, eval_seed)
+    assert env.num_games == cfg.run.eval_episodes  # one batch of K games, not one env
+    try:
+        n_rows = len(read_metrics(folder / "metrics.csv")["env_steps"])
+        return [play_episodes(env, greedy, episode_seeds(eval_seed, i, cfg.run.eval_episodes)).summary()
+                for i in range(n_rows)]
+    finally:
+        env.close()
+
+
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize("env", sorted(TINY_ENV))
 def test_rllib_backend_writes_the_native_columns(env: str, tmp_path: Path) -> None:
-    cfg = tiny_cfg(env, **{"relay.enabled": True, "relay.bandwidth": 0.5})
+    # lr = 1e-30: the modules keep their initial weights to fp32 resolution, so every evaluation row can be
+    # replayed from the final checkpoint (the evaluation is the native protocol, seeded and batched)
+    cfg = tiny_cfg(env, **{"relay.enabled": True, "relay.bandwidth": 0.5, "run.eval_episodes": 2,
+                           "run.eval_batch": 2, "dqn.lr": 1e-30})
     native_dir, rllib_dir = tmp_path / "native", tmp_path / "rllib"
     native_dir.mkdir()
     rllib_dir.mkdir()
@@ -48,6 +82,9 @@ def test_rllib_backend_writes_the_native_columns(env: str, tmp_path: Path) -> No
     assert np.isfinite(cols["loss"][-1]) and cols["updates"][-1] > 0
     assert cols["relayed_rows_total"][-1] > 0  # the relay ran inside RLlib
     assert (rllib_dir / "checkpoints" / "rllib_final").is_dir()
+    replayed = replay_evaluations(cfg, rllib_dir)  # metrics.csv keeps 6 significant digits
+    assert cols["team_return_mean"].tolist() == pytest.approx([r.team_return_mean for r in replayed], rel=1e-5)
+    assert cols["all_agent_return_mean"].tolist() == pytest.approx([r.all_agent_return_mean for r in replayed], rel=1e-5)
 
 
 @pytest.mark.usefixtures("ray_local")
