@@ -10,12 +10,20 @@ trainer's batch size, on the full buffers; ratios compact / plain (< 1 is faster
 
     python benchmarks/replay_memory.py            # the three envs, their full buffer sizes (~2-4 min, ~3 GB RAM)
     python benchmarks/replay_memory.py --quick    # smoke: small buffers, numbers mean nothing
+    python benchmarks/replay_memory.py --trainer-steps 3000 --envs battle   # the whole trainer instead, both layouts
+
+``--trainer-steps N`` instead trains the native DDQN with SUPER quantile (b = 0.1) for N env steps with each layout
+(same seed, alternating, ``--trainer-reps`` times, one torch thread, two evaluations of one episode) and prints
+the process CPU seconds of each ``train`` call and ``compact/plain trainer CPU time (<env>): <x>x``. CPU time, not
+wall time, so a busy machine changes the ratio less; the two layouts sample the same rows, so the runs' final
+losses must be equal (printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -84,13 +92,51 @@ def sample_time(buf: MultiAgentPER, batch: int, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
+def trainer_cpu(name: str, steps: int, layout: str, out: str) -> tuple[float, float]:
+    """(process CPU seconds, final loss) of one native DDQN + SUPER quantile run of ``steps`` env steps."""
+    import shutil
+
+    from suPER.native.dqn import train
+    from suPER.runs import RunFolder, read_metrics
+
+    cfg = C.resolve(name, overrides={"run.num_timesteps": steps, "run.eval_points": 1, "run.eval_episodes": 1,
+                                     "run.threads": 1, "run.device": "cpu", "run.seed": 1, "run.progress": False,
+                                     "relay.enabled": True, "relay.mode": "quantile", "relay.bandwidth": 0.1,
+                                     "run.replay_layout": layout})
+    shutil.rmtree(out, ignore_errors=True)
+    folder = RunFolder(Path(out))
+    folder.path.mkdir(parents=True)
+    t0 = time.process_time()
+    train(cfg, folder)
+    cpu = time.process_time() - t0
+    return cpu, float(read_metrics(folder.metrics)["loss"][-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small buffers (smoke test)")
     ap.add_argument("--envs", nargs="+", default=["pursuit", "battle", "adversarial_pursuit"])
     ap.add_argument("--bandwidth", type=float, default=0.1, help="fraction of rows relayed to every teammate")
     ap.add_argument("--reps", type=int, default=200, help="sample + update_priorities repetitions")
+    ap.add_argument("--trainer-steps", type=int, default=0, help="also time the whole trainer for this many env steps")
+    ap.add_argument("--trainer-reps", type=int, default=2, help="runs per layout (alternating)")
     args = ap.parse_args()
+    if args.trainer_steps:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.envs:
+                cpu: dict[str, list[float]] = {"plain": [], "compact": []}
+                losses: dict[str, float] = {}
+                for _ in range(args.trainer_reps):
+                    for layout in ("plain", "compact"):
+                        c, losses[layout] = trainer_cpu(name, args.trainer_steps, layout, f"{tmp}/{name}_{layout}")
+                        cpu[layout].append(c)
+                print(f"{name}: {args.trainer_steps} env steps, CPU s plain {cpu['plain']} compact {cpu['compact']}; "
+                      f"final loss plain {losses['plain']:.6g} compact {losses['compact']:.6g}")
+                print(f"compact/plain trainer CPU time ({name}): {min(cpu['compact']) / min(cpu['plain']):.3f}x",
+                      flush=True)
+        return
     rows = []
     for name in args.envs:
         cfg, frags = fragments(name, 400 if args.quick else 3000)
