@@ -131,7 +131,9 @@ def _register(method: str, summary: str) -> None:
                                                 "parallel Ray tasks, this many at a time (0: one after the other "
                                                 "here)")] = 0,
         vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help="also play every team-side policy against "
-                                                 "the shipped opponent (a reference outside the meta-game)")] = False,
+                                                 "the shipped opponent and (battle) every opponent-side policy "
+                                                 "against the same weights playing the team's side (references "
+                                                 "outside the meta-game)")] = False,
         set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
                                                        "trainer, e.g. --set dqn.lr=1e-4")] = None,
         address: Annotated[str | None, typer.Option(help="submit the whole run as one Ray job to the cluster whose "

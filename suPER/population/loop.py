@@ -9,7 +9,8 @@ pursuit prey) and the opponent side (red, predators), each starting with a unifo
    unless ``--no-relay``) for ``br_steps`` env steps, against the other side's meta-strategy after
    iteration k-1: a mixture file (``suPER.population.mixture``) whose member is drawn per episode. The
    opponent side trains with ``env.swap_teams`` (red / predators as the learners). Both sides respond to
-   the same (k-1) strategies, so their order does not matter.
+   the same (k-1) strategies, so their order does not matter, and ``--br-workers`` trains them as parallel
+   Ray tasks (``parallel``: the same call, the same policies).
 2. **payoff table**: the missing entries of every team policy x every opponent policy
    (``suPER.population.payoff``; E greedy episodes each).
 3. **meta-game**: the meta-solver (``solvers.META_SOLVERS``) maps ``u = win - loss`` to a mixture per side.
@@ -96,7 +97,8 @@ class PopulationConfig:
     """torch threads"""
     vs_shipped: bool = False
     """also play every team-side policy against the shipped opponent (``experiments/opponents/<env>``), a
-    reference column outside the meta-game (``ratings.csv``: win_vs_shipped)"""
+    reference column outside the meta-game (``ratings.csv``: win_vs_shipped), and, where that team fits the team
+    side (battle), every opponent-side policy against the same weights playing the team's side (a reference row)"""
     match_workers: int = 0
     """payoff entries as parallel Ray tasks on this many CPUs; 0 = one after the other in this process"""
     br_workers: int = 0

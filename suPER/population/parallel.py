@@ -36,11 +36,13 @@ def _match_task(*args: Any) -> dict[str, Any]:
 def _best_response_task(cfg: Any, folder: str, iteration: int, side: str, strategy: dict[str, float],
                         own: dict[str, float]) -> dict[str, Any]:
     """``Population.best_response`` in a worker with the run's torch threads (the sequential loop's call)."""
+    from pathlib import Path
+
     from suPER.loop import set_threads
     from suPER.population.loop import Population
 
     set_threads(cfg.threads)
-    return Population(cfg, folder, log=lambda _m: None).best_response(iteration, side, strategy, own)
+    return Population(cfg, Path(folder), log=lambda _m: None).best_response(iteration, side, strategy, own)
 
 
 class Lane:
