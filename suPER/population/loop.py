@@ -182,6 +182,10 @@ class Population:
         """side -> its agents' id prefix (blue / red, prey / predator): the policies' folder"""
         self.shipped_as_team = self._shipped_as_team() if cfg.vs_shipped else ""
         """the shipped opponent's file where it fits the team side (the opponent side's fixed reference), else ''"""
+        self.match_lane: Any = None
+        """runs payoff entries as Ray tasks (``parallel.Lane``, set by ``run``); None = here"""
+        self.br_lane: Any = None
+        """runs best responses as Ray tasks (``parallel.Lane``, set by ``run``); None = here"""
 
     def _shipped_as_team(self) -> str:
         """The shipped opponent file if its team fits the team side (battle's teams are symmetric: 6 agents,
@@ -312,8 +316,7 @@ class Population:
         set_threads(self.cfg.threads)
         self.start(overwrite)
         cfg = self.cfg
-        self.match_lane: Any = None
-        self.br_lane: Any = None
+        self.match_lane = self.br_lane = None
         pool = None
         if on_cluster or cfg.match_workers > 0 or cfg.br_workers > 0:
             from suPER.population.parallel import RayTaskPool
@@ -350,7 +353,7 @@ class Population:
                      f"steps each)")
             for j, card in self.br_lane.imap([(self.cfg, str(self.folder), *calls[k]) for k in todo]):
                 cards[todo[j]] = card
-        # finished ones (and the tasks' results again: cheap, and the same card wherever it was trained)
+        # those finished before are read here (``best_response`` loads final.pt, writes a missing policy file)
         return [cards.get(k) or self.best_response(*c) for k, c in enumerate(calls)]
 
     def br_finished(self, iteration: int, side: str) -> bool:
