@@ -16,6 +16,7 @@ import pytest
 from suPER import config as C
 from tests.campaigns.test_cluster import FAKE_KEY, Cluster, cluster_env, local_cluster  # noqa: F401 - the fixture
 
+FAKE_TOKEN = "faketoken" + "fedcba9876543210" * 4
 TINY = ["--set", "env.kwargs.map_size=12", "--set", "dqn.batch_size=2", "--set", "dqn.hiddens=8", "--set",
         "dqn.buffer_size=500", "--set", "env.horizon=10", "--set", "dqn.learning_starts=10"]
 
@@ -28,7 +29,8 @@ def rows(path: Path) -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_population_runs_as_one_job_with_tasks_on_the_cluster(local_cluster: Cluster, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "pop"
-    env = {**cluster_env(), "WANDB_API_KEY": FAKE_KEY}  # set in the submitter's shell: it must go nowhere
+    # set in the submitter's shell: they must go nowhere (the cluster runs without auth, so the token is unused)
+    env = {**cluster_env(), "WANDB_API_KEY": FAKE_KEY, "RAY_AUTH_TOKEN": FAKE_TOKEN}
     cmd = [sys.executable, "-m", "suPER.cli", "population", "psro", "--env", "battle", "--iterations", "1",
            "--br-steps", "20", "--eval-episodes", "1", "--br-workers", "2", "--match-workers", "2", "--no-figures",
            "--address", local_cluster.url, "--out", str(out), "--wait", *TINY]
@@ -45,16 +47,16 @@ def test_population_runs_as_one_job_with_tasks_on_the_cluster(local_cluster: Clu
     tasks = urllib.request.urlopen(f"{local_cluster.url}/api/v0/tasks?limit=1000", timeout=30).read()
     assert b"_best_response_task" in tasks and b"_match_task" in tasks  # they ran as tasks of the cluster
 
-    # the key set at submit time is in no file Ray or the run wrote and in nothing the dashboard serves
-    key = FAKE_KEY.encode()
+    # the key and token set at submit time are in no file Ray or the run wrote and in nothing the dashboard serves
+    secrets = (FAKE_KEY.encode(), FAKE_TOKEN.encode())
     leaked = [str(f) for root in (local_cluster.temp_dir, out) for f in root.rglob("*")
-              if f.is_file() and not f.is_socket() and key in f.read_bytes()]
+              if f.is_file() and not f.is_socket() and any(s in f.read_bytes() for s in secrets)]
     for path in ("/api/jobs/", f"/api/jobs/{job['submission_id']}", f"/api/jobs/{job['submission_id']}/logs",
                  "/api/v0/tasks", "/api/v0/runtime_envs"):
         try:
             body = urllib.request.urlopen(f"{local_cluster.url}{path}", timeout=30).read()
         except urllib.error.HTTPError as exc:
             body = exc.read()
-        if key in body:
+        if any(s in body for s in secrets):
             leaked.append(path)
     assert not leaked
