@@ -69,7 +69,8 @@ def test_best_responses_dispatch_only_unfinished_ones(tmp_path: Path, monkeypatc
 
 def test_cluster_job_entrypoint_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The job reruns the same command with --on-cluster and --out on the cluster (~/ expands there); paths
-    that would land in the job's temporary working_dir are refused before anything is submitted."""
+    that would land in the job's temporary working_dir are refused before anything is submitted, and so is an
+    address where no cluster answers."""
     from suPER.population.submit import plan_job
 
     settings = dict(env="battle", iterations=4, br_steps=30000, eval_episodes=40, seed=3, sides="both",
@@ -87,7 +88,8 @@ def test_cluster_job_entrypoint_and_refusals(tmp_path: Path, capsys: pytest.Capt
     for extra, flag in ((["--out", "rel/runs"], "--out: with --address expected an absolute or ~/ path"),
                         (["--install"], "--install: with --address expected --install-dir"),
                         (["--install", "--install-dir", "inst"], "--install-dir: with --address"),
-                        (["--br-workers", "-1"], "--br-workers: expected an integer >= 0")):
+                        (["--br-workers", "-1"], "--br-workers: expected an integer >= 0"),
+                        ([], "--address: no Ray cluster answers at http://127.0.0.1:9")):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {flag}") and "\n" not in err, err
