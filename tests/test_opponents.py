@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,25 @@ def test_team_file_round_trip_float16(tmp_path: Path) -> None:
         assert torch.equal(loaded.state_dict()[k], v), k
     # two net objects may run different kernels (memory alignment); 1e-6 still tells float16 rounding apart
     torch.testing.assert_close(q_of(loaded, obs), q_of(half, obs), rtol=1e-6, atol=1e-6)
+
+
+def test_same_team_saves_the_same_bytes(tmp_path: Path) -> None:
+    """safetensors writes its metadata in a random (Rust HashMap) order; save_team's files are canonical: the
+    header's keys sorted, so two saves of one team are byte-identical (the cards' sha256, --br-workers' check)."""
+    first, net = team(tmp_path, hiddens=8, name="a.safetensors")
+    digests = {O.sha256(first)}
+    for k in range(5):
+        path = tmp_path / f"b{k}.safetensors"
+        O.save_team(path, net, O.TeamMeta("adversarial_pursuit", PREDATORS, ADV_SHAPE, ADV_ACTIONS, hiddens=8))
+        digests.add(O.sha256(path))
+    assert len(digests) == 1
+    raw = first.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    meta = json.loads(raw[8:8 + n])["__metadata__"]
+    assert list(meta) == sorted(meta) and n % 8 == 0
+    loaded, m = O.load_team(first)
+    assert m.hiddens == 8 and all(torch.equal(v, net.state_dict()[k].half().float())
+                                  for k, v in loaded.state_dict().items())
 
 
 def test_bad_files_fail_with_one_line_naming_file_and_shapes(tmp_path: Path) -> None:

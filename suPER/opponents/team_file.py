@@ -101,6 +101,21 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors file with its JSON header's keys sorted, so equal tensors and metadata give equal bytes.
+
+    Why: safetensors serializes the header's ``__metadata__`` from a Rust ``HashMap``, whose order is random per
+    map, so saving the same team twice gave files with different bytes and checksums (the cards' sha256).
+    Layout (the format's): 8-byte little-endian header length N, N bytes of JSON padded with spaces to a
+    multiple of 8, then the tensor data, whose offsets are relative to its start and so stay valid.
+    """
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    raw = header.encode()
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw + data[8 + n:]
+
+
 def save_team(path: Path, net: BatchedQNet, meta: TeamMeta) -> str:
     """Write a team file atomically (a new file; an existing one is replaced whole, never edited).
 
@@ -119,7 +134,7 @@ def save_team(path: Path, net: BatchedQNet, meta: TeamMeta) -> str:
     dtype = getattr(torch, meta.dtype)
     tensors = {f"{agent}.{name}": t.to(dtype).contiguous()
                for p, agent in enumerate(meta.agent_ids) for name, t in net.policy_state_dict(p).items()}
-    data = save(tensors, metadata=meta.to_strings())
+    data = canonical_safetensors(save(tensors, metadata=meta.to_strings()))
     atomic_write_bytes(Path(path), lambda tmp: Path(tmp).write_bytes(data))
     return hashlib.sha256(data).hexdigest()
 

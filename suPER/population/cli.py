@@ -33,18 +33,27 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: int, seed: int, sides: str,
-         meta_solver: str, warm_start: str, relay: bool, out: Path, install: bool, install_dir: Path | None, overwrite: bool,
-         figures: bool, threads: int, match_workers: int, vs_shipped: bool, set_: list[str] | None) -> None:
+         meta_solver: str, warm_start: str, relay: bool, out: Path | None, install: bool, install_dir: Path | None,
+         overwrite: bool, figures: bool, threads: int, match_workers: int, br_workers: int, vs_shipped: bool,
+         set_: list[str] | None, address: str | None, wait: bool, on_cluster: bool) -> None:
     from suPER.population.loop import Population, PopulationConfig, run_folder
 
     if sides not in SIDE_CHOICES:
         raise C.ConfigError(f"--sides: expected one of {', '.join(SIDE_CHOICES)}, got {sides!r}")
     cfg = PopulationConfig(env=env, method=method, meta_solver=meta_solver, iterations=iterations, br_steps=br_steps,
                            eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], warm_start=warm_start,
-                           relay=relay,
-                           threads=threads, match_workers=match_workers, vs_shipped=vs_shipped, overrides=_overrides(set_ or [])).validate()
+                           relay=relay, threads=threads, match_workers=match_workers, br_workers=br_workers,
+                           vs_shipped=vs_shipped, overrides=_overrides(set_ or [])).validate()
+    if address is not None:
+        _submit(method, cfg, address, wait, dict(
+            env=env, iterations=iterations, br_steps=br_steps, eval_episodes=eval_episodes, seed=seed, sides=sides,
+            meta_solver=meta_solver, warm_start=warm_start, relay=relay, out=out, install=install,
+            install_dir=install_dir, overwrite=overwrite, figures=figures, threads=threads,
+            match_workers=match_workers, br_workers=br_workers, vs_shipped=vs_shipped, set_=set_))
+        return
+    out = out if out is not None else Path("runs/population")
     pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
-    res = pop.run(overwrite=overwrite)
+    res = pop.run(overwrite=overwrite, on_cluster=on_cluster)
     print(f"{res['folder']}: team strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["team"], res["x"]))
           + "; opponent strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["opponent"], res["y"])))
     if figures:
@@ -64,6 +73,31 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
               + f"), card {r['card']}")
 
 
+def _submit(method: str, cfg: Any, address: str, wait: bool, settings: dict[str, Any]) -> None:
+    """``--address``: submit the run as one Ray job (``suPER.population.submit``); ``--wait``: until it ends."""
+    from suPER import campaigns
+    from suPER.population.loop import run_folder
+    from suPER.population.submit import CLUSTER_OUT, cluster_path, plan_job
+
+    out = cluster_path("--out", settings["out"]) if settings["out"] is not None else CLUSTER_OUT
+    if settings["install"]:
+        if settings["install_dir"] is None:
+            raise C.ConfigError("--install: with --address expected --install-dir on the cluster's storage (the "
+                                "job's experiments/opponents/ is a temporary copy)")
+        settings["install_dir"] = cluster_path("--install-dir", settings["install_dir"])
+    url = campaigns.dashboard_url(address)
+    name = run_folder(Path("."), cfg).name
+    job = plan_job(method, settings, out, name)
+    [jid] = campaigns.submit_jobs([job], url, campaigns.runtime_env(), name)
+    print(f"submitted {jid} to {url}; run folder {out}/{name} on the cluster\n  ray job logs --address {url} {jid}",
+          flush=True)
+    if wait:
+        status = campaigns.wait_for_jobs(url, [jid], on_change=lambda j, st: print(f"{j}: {st}", file=sys.stderr))
+        print(f"{jid}: {status[jid]}")
+        if status[jid] != "SUCCEEDED":
+            raise typer.Exit(1)
+
+
 def _register(method: str, summary: str) -> None:
     """One command per method; all share these options."""
 
@@ -81,7 +115,8 @@ def _register(method: str, summary: str) -> None:
                                                 "from its side's highest-weight policy)")] = "scratch",
         relay: Annotated[bool, typer.Option("--relay/--no-relay", help="SUPER relay within each best "
                                             "response's team")] = True,
-        out: Annotated[Path, typer.Option(help="parent folder of the run folder")] = Path("runs/population"),
+        out: Annotated[Path | None, typer.Option(help="parent folder of the run folder (default runs/population; "
+                                                  "with --address ~/super-marl-runs/population on the cluster)")] = None,
         install: Annotated[bool, typer.Option("--install", help="write the final meta-Nash mixture of the "
                                               "opponent side as <env>.mixture.json with a card")] = False,
         install_dir: Annotated[Path | None, typer.Option("--install-dir", help="where --install writes "
@@ -92,13 +127,24 @@ def _register(method: str, summary: str) -> None:
         threads: Annotated[int, typer.Option(help="torch threads")] = 1,
         match_workers: Annotated[int, typer.Option("--match-workers", help="play payoff entries as parallel Ray "
                                                    "tasks on this many CPUs (0: one after the other here)")] = 0,
+        br_workers: Annotated[int, typer.Option("--br-workers", help="train an iteration's best responses as "
+                                                "parallel Ray tasks, this many at a time (0: one after the other "
+                                                "here)")] = 0,
         vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help="also play every team-side policy against "
-                                                 "the shipped opponent (a reference outside the meta-game)")] = False,
+                                                 "the shipped opponent and (battle) every opponent-side policy "
+                                                 "against the same weights playing the team's side (references "
+                                                 "outside the meta-game)")] = False,
         set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
                                                        "trainer, e.g. --set dqn.lr=1e-4")] = None,
+        address: Annotated[str | None, typer.Option(help="submit the whole run as one Ray job to the cluster whose "
+                                                    "dashboard is here (http://HOST:8265; as grid submit)")] = None,
+        wait: Annotated[bool, typer.Option(help="with --address: wait for the job; exit 1 if it fails")] = False,
+        on_cluster: Annotated[bool, typer.Option("--on-cluster", hidden=True, help="this is the submitted job: "
+                                                 "run matches and best responses as tasks of its cluster")] = False,
     ) -> None:
         _run(method, env, iterations, br_steps, eval_episodes, seed, sides, meta_solver, warm_start, relay, out, install,
-             install_dir, overwrite, figures, threads, match_workers, vs_shipped, set_)
+             install_dir, overwrite, figures, threads, match_workers, br_workers, vs_shipped, set_, address, wait,
+             on_cluster)
 
     command.__doc__ = summary
     population_app.command(method)(command)

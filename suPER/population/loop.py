@@ -9,7 +9,8 @@ pursuit prey) and the opponent side (red, predators), each starting with a unifo
    unless ``--no-relay``) for ``br_steps`` env steps, against the other side's meta-strategy after
    iteration k-1: a mixture file (``suPER.population.mixture``) whose member is drawn per episode. The
    opponent side trains with ``env.swap_teams`` (red / predators as the learners). Both sides respond to
-   the same (k-1) strategies, so their order does not matter.
+   the same (k-1) strategies, so their order does not matter, and ``--br-workers`` trains them as parallel
+   Ray tasks (``parallel``: the same call, the same policies).
 2. **payoff table**: the missing entries of every team policy x every opponent policy
    (``suPER.population.payoff``; E greedy episodes each).
 3. **meta-game**: the meta-solver (``solvers.META_SOLVERS``) maps ``u = win - loss`` to a mixture per side.
@@ -56,9 +57,11 @@ SIDES = ("team", "opponent")
 RANDOM = "random"
 """the first policy of each side: a uniformly random team"""
 SHIPPED = "shipped"
-"""the reference column of ``--vs-shipped``: the env's shipped opponent (``--opponent pretrained``)"""
+"""the references of ``--vs-shipped``: the env's shipped opponent team (``--opponent pretrained``) as a column
+(against every team-side policy) and, where it fits the team side (battle: same agents, obs and actions), the
+same weights playing the team's side as a row (against every opponent-side policy); both outside the meta-game"""
 WARM_STARTS = ("scratch", "best")
-VOLATILE = ("threads", "match_workers", "iterations")
+VOLATILE = ("threads", "match_workers", "br_workers", "iterations")
 """settings a resumed run may change: speed only, and the number of iterations (a finished run can be extended;
 finished iterations are kept either way)"""
 MATCH_SEED_OFFSET = 20_000
@@ -94,9 +97,13 @@ class PopulationConfig:
     """torch threads"""
     vs_shipped: bool = False
     """also play every team-side policy against the shipped opponent (``experiments/opponents/<env>``), a
-    reference column outside the meta-game (``ratings.csv``: win_vs_shipped)"""
+    reference column outside the meta-game (``ratings.csv``: win_vs_shipped), and, where that team fits the team
+    side (battle), every opponent-side policy against the same weights playing the team's side (a reference row)"""
     match_workers: int = 0
     """payoff entries as parallel Ray tasks on this many CPUs; 0 = one after the other in this process"""
+    br_workers: int = 0
+    """an iteration's best responses (one per training side) as parallel Ray tasks, this many at a time
+    (``--threads`` CPUs each); 0 = one after the other in this process"""
     overrides: dict[str, Any] = field(default_factory=dict)
     """dotted overrides of the best-response trainer config (``--set dqn.lr=...``)"""
 
@@ -117,8 +124,9 @@ class PopulationConfig:
                             ("--eval-episodes", self.eval_episodes), ("--threads", self.threads)):
             if value < 1:
                 raise C.ConfigError(f"{flag}: expected an integer >= 1, got {value}")
-        if self.match_workers < 0:
-            raise C.ConfigError(f"--match-workers: expected an integer >= 0, got {self.match_workers}")
+        for flag, value in (("--match-workers", self.match_workers), ("--br-workers", self.br_workers)):
+            if value < 0:
+                raise C.ConfigError(f"{flag}: expected an integer >= 0, got {value}")
         if self.warm_start not in WARM_STARTS:
             raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
         if not self.sides or any(s not in SIDES for s in self.sides):
@@ -172,6 +180,27 @@ class Population:
         self.obs_shape, self.n_actions = names["team"][1], names["team"][2]
         self.side_name = {s: self.ids[s][0].rsplit("_", 1)[0] for s in SIDES}
         """side -> its agents' id prefix (blue / red, prey / predator): the policies' folder"""
+        self.shipped_as_team = self._shipped_as_team() if cfg.vs_shipped else ""
+        """the shipped opponent's file where it fits the team side (the opponent side's fixed reference), else ''"""
+        self.match_lane: Any = None
+        """runs payoff entries as Ray tasks (``parallel.Lane``, set by ``run``); None = here"""
+        self.br_lane: Any = None
+        """runs best responses as Ray tasks (``parallel.Lane``, set by ``run``); None = here"""
+
+    def _shipped_as_team(self) -> str:
+        """The shipped opponent file if its team fits the team side (battle's teams are symmetric: 6 agents,
+        obs (13, 13, 5), 21 actions on map 18), else '' (adversarial pursuit: 4 predators, 8 prey)."""
+        from suPER.opponents import OpponentFileError, load_team, opponent_path
+
+        path = opponent_path(self.cfg.env, "pretrained")
+        probe = make_env(self.env_cfg)
+        try:
+            load_team(path, probe, side="team")
+            return str(path)
+        except OpponentFileError:
+            return ""
+        finally:
+            probe.close()
 
     # ---- files
 
@@ -276,30 +305,74 @@ class Population:
         x_I, y_J = META_SOLVERS[self.cfg.solver](u_IJ)
         return team, opp, u_IJ, x_I, y_J
 
-    def run(self, overwrite: bool = False) -> dict[str, Any]:
-        """Run (or resume) every iteration; returns the final meta-game (see ``solve``) and the folder."""
+    def run(self, overwrite: bool = False, on_cluster: bool = False) -> dict[str, Any]:
+        """Run (or resume) every iteration; returns the final meta-game (see ``solve``) and the folder.
+
+        Args:
+            overwrite: start over in an existing run folder.
+            on_cluster: this process is a job on a Ray cluster (``--address``): matches and best responses
+                run as tasks of that cluster, ``--match-workers`` / ``--br-workers`` at a time (0 = no cap).
+        """
         set_threads(self.cfg.threads)
         self.start(overwrite)
-        self.pool = None
-        if self.cfg.match_workers > 0:
-            from suPER.population.parallel import RayMatchPool
+        cfg = self.cfg
+        self.match_lane = self.br_lane = None
+        pool = None
+        if on_cluster or cfg.match_workers > 0 or cfg.br_workers > 0:
+            from suPER.population.parallel import RayTaskPool
 
-            self.pool = RayMatchPool(self.cfg.match_workers)
+            pool = RayTaskPool(max(cfg.match_workers, cfg.br_workers * cfg.threads), on_cluster=on_cluster)
+            if on_cluster or cfg.match_workers > 0:
+                self.match_lane = pool.matches(cfg.match_workers)
+            if on_cluster or cfg.br_workers > 0:
+                self.br_lane = pool.best_responses(cfg.threads, cfg.br_workers)
         try:
             return self._iterations()
         finally:
-            if self.pool is not None:
-                self.pool.close()
+            if pool is not None:
+                pool.close()
+
+    def best_responses(self, iteration: int, strategy: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+        """Every training side's best response of ``iteration`` (``best_response``), in ``cfg.sides`` order:
+        one after the other here, or (``--br-workers``) the unfinished ones as parallel Ray tasks.
+
+        Args:
+            strategy: side -> its meta-strategy after iteration - 1 (policy -> weight).
+
+        Returns:
+            their card entries.
+        """
+        calls = [(iteration, side, strategy[SIDES[1 - SIDES.index(side)]], strategy[side]) for side in self.cfg.sides]
+        if self.br_lane is None:
+            return [self.best_response(*c) for c in calls]
+        todo = [k for k, c in enumerate(calls) if not self.br_finished(c[0], c[1])]
+        cards: dict[int, dict[str, Any]] = {}
+        if todo:
+            self.log(f"iteration {iteration}: best responses of "
+                     f"{', '.join(self.side_name[calls[k][1]] for k in todo)} as Ray tasks ({self.cfg.br_steps} env "
+                     f"steps each)")
+            for j, card in self.br_lane.imap([(self.cfg, str(self.folder), *calls[k]) for k in todo]):
+                cards[todo[j]] = card
+        # those finished before are read here (``best_response`` loads final.pt, writes a missing policy file)
+        return [cards.get(k) or self.best_response(*c) for k, c in enumerate(calls)]
+
+    def br_finished(self, iteration: int, side: str) -> bool:
+        """Whether the trainer run of ``side``'s best response of ``iteration`` has finished (``final.pt``)."""
+        cfg = self.cfg.br_config(iteration, side, Path("."), self.folder / "br")
+        return (Path(cfg.run.out) / cfg.run_name / "checkpoints" / "final.pt").exists()
 
     def _fill(self, table: PayoffTable, upto: int) -> int:
         """The missing entries after iteration ``upto`` (and the ``--vs-shipped`` column); returns how many."""
         team = self.members("team", upto)
         seed = self.cfg.seed + MATCH_SEED_OFFSET
-        n = table.fill(self.env_cfg, team, self.members("opponent", upto), self.cfg.eval_episodes, seed,
-                       self.payoff_path, pool=self.pool)
+        opp = self.members("opponent", upto)
+        n = table.fill(self.env_cfg, team, opp, self.cfg.eval_episodes, seed, self.payoff_path, pool=self.match_lane)
         if self.cfg.vs_shipped:
             n += table.fill(self.env_cfg, team, {SHIPPED: "pretrained"}, self.cfg.eval_episodes, seed,
-                            self.payoff_path, pool=self.pool)
+                            self.payoff_path, pool=self.match_lane)
+            if self.shipped_as_team:  # the opponent side's reference: the shipped weights on the team's side
+                n += table.fill(self.env_cfg, {SHIPPED: self.shipped_as_team}, opp, self.cfg.eval_episodes, seed,
+                                self.payoff_path, pool=self.match_lane)
         return n
 
     def _iterations(self) -> dict[str, Any]:
@@ -313,8 +386,7 @@ class Population:
             team, opp, u_prev, x_prev, y_prev = self.solve(k - 1, table)
             strategy = {"team": dict(zip(team, x_prev.tolist())), "opponent": dict(zip(opp, y_prev.tolist()))}
             t0 = time.perf_counter()
-            cards = [self.best_response(k, side, strategy[SIDES[1 - SIDES.index(side)]], strategy[side])
-                     for side in self.cfg.sides]
+            cards = self.best_responses(k, strategy)
             t1 = time.perf_counter()
             n = self._fill(table, k)
             t2 = time.perf_counter()
@@ -362,8 +434,10 @@ class Population:
 
 def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str], u_IJ: np.ndarray,
             side_name: dict[str, str]) -> list[dict[str, Any]]:
-    """Every policy's rating rows: its Nash-averaging rating, its win rate against the random team and (team
-    side, ``--vs-shipped``) against the shipped opponent; NaN where an entry does not exist.
+    """Every policy's rating rows: its Nash-averaging rating, its win rate against the random team and, with
+    ``--vs-shipped``, against the shipped team (``win_vs_shipped``: a team-side policy against the shipped
+    opponent, an opponent-side policy against the same weights playing the team's side, entry
+    ``(shipped, policy)``); NaN where an entry does not exist.
 
     Nash averaging (Balduzzi et al. 2018, with the LP Nash instead of the maximum-entropy one): a team
     policy's rating is its payoff against the opponent side's meta-Nash, ``(u y*)_i``, an opponent policy's
@@ -376,12 +450,14 @@ def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str],
             e = table.entries[(name, RANDOM)] if side == "team" else table.entries[(RANDOM, name)]
             win, lo, hi = (e["win_rate"], e["win_lo"], e["win_hi"]) if side == "team" else (
                 e["loss_rate"], e["loss_lo"], e["loss_hi"])
-            ref = table.entries.get((name, SHIPPED)) if side == "team" else None
+            ref = table.entries.get((name, SHIPPED) if side == "team" else (SHIPPED, name))
+            nan = float("nan")
+            ref_win = (nan, nan, nan) if ref is None else (ref["win_rate"], ref["win_lo"], ref["win_hi"]) \
+                if side == "team" else (ref["loss_rate"], ref["loss_lo"], ref["loss_hi"])
             out.append({"iteration": iteration, "side": side_name[side], "policy": name, "nash_average": float(r),
                         "win_vs_random": win, "win_vs_random_lo": lo, "win_vs_random_hi": hi,
-                        "win_vs_shipped": ref["win_rate"] if ref else float("nan"),
-                        "win_vs_shipped_lo": ref["win_lo"] if ref else float("nan"),
-                        "win_vs_shipped_hi": ref["win_hi"] if ref else float("nan"), "episodes": e["episodes"]})
+                        "win_vs_shipped": ref_win[0], "win_vs_shipped_lo": ref_win[1],
+                        "win_vs_shipped_hi": ref_win[2], "episodes": e["episodes"]})
     return out
 
 

@@ -1,14 +1,25 @@
-"""Payoff entries as parallel Ray tasks (``--match-workers N``): one task per entry, results as they finish.
+"""Payoff entries and best responses as parallel Ray tasks (``--match-workers N``, ``--br-workers N``).
 
-Each task is ``payoff.play_match`` (one entry, its E episodes batched in lockstep) on one CPU of the
-embedded Ray instance of ``suPER.campaigns.embedded_ray`` (token auth, stopped with the driver). A task's
-entry is exactly the local one (same seeds, same greedy policies; ``wall_s`` aside), and the table writes
-each entry the moment its task returns, so a killed run keeps every finished entry.
+One Ray session per population run (``RayTaskPool``): an embedded instance on this machine
+(``suPER.campaigns.embedded_ray``: token auth, stopped with the driver, SIGKILL included), or, for a run
+submitted with ``--address`` (``--on-cluster`` in the job), the cluster the job runs in
+(``ray.init(address="auto")``). Each kind of task goes through a ``Lane``: the task function, the CPUs one
+task reserves and the most tasks in flight at once (the flag's N; 0 = no cap, on a cluster only).
+
+- a match task is ``payoff.play_match`` (one entry, its E episodes batched in lockstep), one CPU;
+- a best-response task is ``Population.best_response`` (the same trainer call as the sequential loop:
+  ``campaigns.execute`` with the same seeds), ``--threads`` CPUs.
+
+A task's result is exactly the local one (``wall_s`` aside): same seeds, same greedy policies, the same
+single-process trainer with the same torch thread count. The table writes each entry the moment its task
+returns, and a best response checkpoints in its own trainer run folder, so a killed run keeps every finished
+entry and resumes an unfinished best response from its checkpoint. On a cluster with more than one node the
+run folder (``--out``) must be storage every node sees, as for ``grid submit``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from suPER.population.payoff import play_match
@@ -22,34 +33,85 @@ def _match_task(*args: Any) -> dict[str, Any]:
     return play_match(*args)
 
 
-class RayMatchPool:
-    """Runs matches as Ray tasks on ``workers`` CPUs of an embedded Ray instance (started here).
+def _best_response_task(cfg: Any, folder: str, iteration: int, side: str, strategy: dict[str, float],
+                        own: dict[str, float]) -> dict[str, Any]:
+    """``Population.best_response`` in a worker with the run's torch threads (the sequential loop's call)."""
+    from pathlib import Path
+
+    from suPER.loop import set_threads
+    from suPER.population.loop import Population
+
+    set_threads(cfg.threads)
+    return Population(cfg, Path(folder), log=lambda _m: None).best_response(iteration, side, strategy, own)
+
+
+class Lane:
+    """One kind of task of a ``RayTaskPool``: ``imap(calls)`` runs ``task(*call)`` for every call.
 
     Args:
-        workers: CPUs offered to Ray = tasks at a time.
+        remote: the task as a Ray remote function (its CPUs set).
+        limit: most tasks in flight at once; 0 = all at once (Ray queues them by free CPUs).
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, remote: Any, limit: int) -> None:
+        self._remote, self.limit = remote, limit
+
+    def imap(self, calls: Sequence[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
+        """Submit the calls (at most ``limit`` at a time); yield (index of the call, its result) as tasks finish."""
         import ray
 
-        from suPER.campaigns import embedded_ray
-
-        self.handle = embedded_ray.start(num_cpus=workers)
-        self._remote = ray.remote(num_cpus=1)(_match_task)
-
-    def imap(self, calls: Sequence[tuple[Any, ...]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Submit every call; yield (index of the call, its entry) in the order the tasks finish."""
-        import ray
-
-        refs = {self._remote.remote(*c): k for k, c in enumerate(calls)}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+        refs: dict[Any, int] = {}
+        queue = list(enumerate(calls))
+        while queue or refs:
+            while queue and (not self.limit or len(refs) < self.limit):
+                k, call = queue.pop(0)
+                refs[self._remote.remote(*call)] = k
+            done, _ = ray.wait(list(refs), num_returns=1)
             for ref in done:
-                yield refs[ref], ray.get(ref)
+                yield refs.pop(ref), ray.get(ref)
+
+
+class RayTaskPool:
+    """A Ray session for the population run's tasks (see the module docstring).
+
+    Args:
+        num_cpus: CPUs of the embedded instance (ignored on a cluster).
+        on_cluster: connect to the cluster this process runs in (a submitted job) instead.
+    """
+
+    def __init__(self, num_cpus: int, on_cluster: bool = False) -> None:
+        import ray
+
+        self.on_cluster = on_cluster
+        self.handle = None
+        if on_cluster:
+            ray.init(address="auto", log_to_driver=False)
+        else:
+            from suPER.campaigns import embedded_ray
+
+            self.handle = embedded_ray.start(num_cpus=max(1, num_cpus))
+
+    def lane(self, task: Callable[..., Any], num_cpus: int, limit: int) -> Lane:
+        """A ``Lane`` running ``task`` with ``num_cpus`` CPUs per task, at most ``limit`` at a time."""
+        import ray
+
+        return Lane(ray.remote(num_cpus=num_cpus)(task), limit)
+
+    def matches(self, limit: int) -> Lane:
+        """Payoff entries (``payoff.play_match``), one CPU each: the ``pool`` of ``PayoffTable.fill``."""
+        return self.lane(_match_task, 1, limit)
+
+    def best_responses(self, threads: int, limit: int) -> Lane:
+        """Best responses (``Population.best_response``), ``threads`` CPUs each."""
+        return self.lane(_best_response_task, threads, limit)
 
     def close(self) -> None:
-        """Stop the Ray instance."""
-        from suPER.campaigns import embedded_ray
+        """Leave the cluster, or stop the embedded instance."""
+        import ray
 
-        embedded_ray.stop(self.handle)
+        if self.handle is None:
+            ray.shutdown()
+        else:
+            from suPER.campaigns import embedded_ray
+
+            embedded_ray.stop(self.handle)

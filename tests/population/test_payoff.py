@@ -113,15 +113,15 @@ def test_bad_mixture_file_is_one_config_error(tmp_path: Path, env_cfg: C.EnvConf
 @pytest.mark.slow
 def test_ray_tasks_give_the_local_entries(tmp_path: Path, env_cfg: C.EnvConfig) -> None:
     """``--match-workers``: the entries played as Ray tasks equal the ones played here (wall time aside)."""
-    from suPER.population.parallel import RayMatchPool
+    from suPER.population.parallel import RayTaskPool
 
     team = {"random": "random", "b": team_file(tmp_path, "blue", 2)}
     opponent = {"random": "random", "r": team_file(tmp_path, "red", 3)}
     local, remote = PayoffTable(), PayoffTable()
     local.fill(env_cfg, team, opponent, 3, 9)
-    pool = RayMatchPool(2)
+    pool = RayTaskPool(2)
     try:
-        assert remote.fill(env_cfg, team, opponent, 3, 9, tmp_path / "payoff.csv", pool=pool) == 4
+        assert remote.fill(env_cfg, team, opponent, 3, 9, tmp_path / "payoff.csv", pool=pool.matches(2)) == 4
     finally:
         pool.close()
     assert set(remote.entries) == set(local.entries)

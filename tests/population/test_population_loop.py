@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -140,7 +141,8 @@ def test_psro_two_iterations_resumes_after_sigkill(tmp_path: Path) -> None:
 
 def test_nash_average_ratings_of_a_known_table() -> None:
     """Team policy b beats everything; opponent policy r draws with random and loses to b: the Nash puts the
-    team on b, the opponent on either, so b rates +1 (its payoff against the opponent's Nash)."""
+    team on b, the opponent on either, so b rates +1 (its payoff against the opponent's Nash). The shipped
+    references: b against the shipped opponent (column), r against the shipped weights on the team side (row)."""
     from suPER.population.loop import ratings
     from suPER.population.payoff import PayoffTable
 
@@ -149,12 +151,16 @@ def test_nash_average_ratings_of_a_known_table() -> None:
                 "win_hi": 1.0, "loss_rate": loss, "loss_lo": 0.0, "loss_hi": 1.0, "tie_rate": 1 - win - loss}
 
     table = PayoffTable({(t, o): entry(t, o, w, lo) for t, o, w, lo in (
-        ("random", "random", 0.0, 0.0), ("random", "r", 0.0, 0.5), ("b", "random", 1.0, 0.0), ("b", "r", 1.0, 0.0))})
+        ("random", "random", 0.0, 0.0), ("random", "r", 0.0, 0.5), ("b", "random", 1.0, 0.0), ("b", "r", 1.0, 0.0),
+        ("b", "shipped", 0.25, 0.5), ("shipped", "r", 0.75, 0.125))})
     team, opp = ["random", "b"], ["random", "r"]
     rated = ratings(3, table, team, opp, table.matrix(team, opp), {"team": "blue", "opponent": "red"})
     got = {(r["side"], r["policy"]): (r["nash_average"], r["win_vs_random"]) for r in rated}
     assert got[("blue", "b")] == (1.0, 1.0) and got[("red", "r")] == (-1.0, 0.5)
     assert got[("blue", "random")][0] in (0.0, -0.5) and got[("red", "random")] == (-1.0, 0.0)
+    shipped = {(r["side"], r["policy"]): r["win_vs_shipped"] for r in rated}
+    assert shipped[("blue", "b")] == 0.25 and shipped[("red", "r")] == 0.125  # r's win = the row's loss rate
+    assert np.isnan(shipped[("blue", "random")]) and np.isnan(shipped[("red", "random")])
 
 
 def test_init_from_refuses_a_team_that_does_not_fit(tmp_path: Path) -> None:
@@ -173,15 +179,18 @@ def test_init_from_refuses_a_team_that_does_not_fit(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_vs_shipped_reference_column(tmp_path: Path) -> None:
-    """On battle's map 18 every blue policy also plays the shipped red team; ratings.csv reports it, and the
-    meta-game ignores the column."""
+    """On battle's map 18 every blue policy also plays the shipped red team, and every red policy the same weights
+    playing blue; ratings.csv reports both, and the meta-game ignores them."""
     args = ["population", "psro", "--env", "battle", "--iterations", "1", "--br-steps", "10", "--sides", "team",
             "--eval-episodes", "1", "--vs-shipped", "--no-figures", "--out", str(tmp_path), "--set", "env.horizon=5",
             "--set", "dqn.learning_starts=10", "--set", "dqn.buffer_size=200"]
     assert main(args) == 0
     folder = tmp_path / "battle__psro__s1"
     pairs = [(r["team_policy"], r["opponent_policy"]) for r in rows(folder / "payoff.csv")]
-    assert pairs == [("random", "random"), ("random", "shipped"), ("blue/001", "random"), ("blue/001", "shipped")]
+    assert pairs == [("random", "random"), ("random", "shipped"), ("shipped", "random"), ("blue/001", "random"),
+                     ("blue/001", "shipped")]
     rated = {(r["side"], r["policy"]): r for r in rows(folder / "ratings.csv")}
-    assert rated[("blue", "blue/001")]["win_vs_shipped"] != "nan" and rated[("red", "random")]["win_vs_shipped"] == "nan"
+    payoff = {(r["team_policy"], r["opponent_policy"]): r for r in rows(folder / "payoff.csv")}
+    assert rated[("blue", "blue/001")]["win_vs_shipped"] == payoff[("blue/001", "shipped")]["win_rate"]
+    assert rated[("red", "random")]["win_vs_shipped"] == payoff[("shipped", "random")]["loss_rate"]
     assert sorted(r["policy"] for r in rows(folder / "meta_strategy.csv")) == ["blue/001", "random", "random"]
