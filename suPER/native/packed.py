@@ -18,8 +18,9 @@ order: act, step, record (each env step), TD for the relay, store, relay, learn,
 Loss per policy (as ``dqn.train``, the same ``suPER.native.dqn_loss`` functions): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
 (1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
 and the gradient of ``sum L`` w.r.t. run r's slice is run r's own gradient, so this is R separate
-Adams, provided all runs update at the same fragments (one shared step counter per tensor): a pack
-requires equal budgets, fragment length, learning_starts and batch size (``pack_key``), and refuses
+Adams (each with its own learning rate: ``PackedAdam`` scales run r's slice of the step by lr_r),
+provided all runs update at the same fragments (one shared step counter per tensor): a pack requires
+equal budgets, fragment length, learning_starts and batch size (``pack_key``), and refuses
 to resume runs that stopped at different points.
 
 Equivalence (``tests/native/test_packed.py``): each run of a pack takes the same actions, stores the
@@ -59,13 +60,13 @@ from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
-    "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing", "dqn.lr",
+    "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing",
     "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
     "run.num_timesteps", "run.device", "run.threads", "run.algo",
 )
 """Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
 the update schedule (all runs update at the same fragments). Anything else may differ per run: seed,
-relay (mode, bandwidth, window, team, ...), gamma, epsilon schedule, PER settings, buffer size, target
+learning rate (``PackedAdam``'s per-run step sizes), relay (mode, bandwidth, window, team, ...), gamma, epsilon schedule, PER settings, buffer size, target
 period, evaluation settings, output folder."""
 
 
@@ -171,7 +172,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         q_net.load_run_state_dict(r, run.init_state)
     q_net = q_net.to(device)
     target_net = copy.deepcopy(q_net).requires_grad_(False)
-    optimizer = packed_adam(q_net.parameters(), lr=d0.lr, eps=d0.adam_eps, device=device)
+    optimizer = packed_adam(q_net.parameters(), lr=[run.cfg.dqn.lr for run in runs], eps=d0.adam_eps, device=device)
     gamma_P1 = torch.tensor([[run.cfg.dqn.gamma] for run in runs for _ in range(n_pol)], device=device)
     eval_net = q_net.unpacked().to(device).requires_grad_(False)  # one run's weights, for its evaluations
 
