@@ -739,8 +739,10 @@ def grid_run(
                                                       "as packs, one trial per pack (DQN / DDQN; others run alone)")] = False,
     pack_size: Annotated[int | None, typer.Option("--pack-size", help="most runs per pack (default: all runs "
                                                                       "that can share one)")] = None,
-    pack_memory_gb: Annotated[float | None, typer.Option("--pack-memory-gb", help="refuse a pack whose memory "
-                                                         "estimate exceeds this (default: the device's memory)")] = None,
+    pack_memory_gb: Annotated[float | None, typer.Option("--pack-memory-gb", help="memory per pack in GB: packs "
+                                                         "are sized to fit it, a pack over it is refused (default: "
+                                                         "80% of the trial device's free memory, per trial)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the runs (and packs) to train; start nothing")] = False,
 ) -> None:
     """Run a grid through Ray Tune: one trial per run (or, with --pack, per pack), a live progress table.
 
@@ -772,7 +774,9 @@ def grid_run(
         run_fields["wandb_group"] = wandb_group
     outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                                  address=address, max_failures=max_failures, run_fields=run_fields, pack=pack,
-                                 pack_size=pack_size, pack_memory_gb=pack_memory_gb)
+                                 pack_size=pack_size, pack_memory_gb=pack_memory_gb, dry_run=dry_run)
+    if dry_run:
+        return
     print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
           f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
     if outcome["failed"]:

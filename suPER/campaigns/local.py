@@ -161,7 +161,8 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
 def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: float = 1.0,
              gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = 1,
              console: Any = None, run_fields: dict[str, Any] | None = None, pack: bool = False,
-             pack_size: int | None = None, pack_memory_gb: float | None = None) -> dict[str, list[str]]:
+             pack_size: int | None = None, pack_memory_gb: float | None = None,
+             dry_run: bool = False) -> dict[str, list[str]]:
     """Run the selected runs of ``grid`` through Ray Tune, one trial per run, each into ``out/<run name>``.
 
     Finished runs are skipped, unfinished ones resume from their latest checkpoint (in the trial, via
@@ -181,16 +182,19 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         pack: group the runs by ``pack_key`` into packs (``campaigns.packs``), one trial per pack, each
             trained by the packed trainer (runs it does not train stay single trials); a pack reserves
             ``cpus_per_trial`` / ``gpus_per_trial`` once.
-        pack_size: most runs per pack (None: all runs of a group).
-        pack_memory_gb: refuse (before Ray starts) a pack whose estimate exceeds this; None = the device's
-            memory (CUDA device 0, else this machine's RAM).
+        pack_size: most runs per pack (None: packs sized to fit the memory limit, ``campaigns.packs``).
+        pack_memory_gb: the memory limit per pack, decimal GB; None = ``packs.memory_limit``: a headroom
+            fraction of the free memory of the trials' device, per trial, measured on this machine when
+            Ray runs here, or by a Ray task with a trial's resources on a cluster worker. A pack over it
+            is refused (with ``pack_size``, or a single run too large) before any trial starts.
+        dry_run: print the plan (and the packs) and return before Ray starts.
 
     Returns:
         Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``,
         ``interrupted`` (Ctrl-C stopped Tune before the run finished: it resumes when run again).
 
     Raises:
-        ConfigError: with ``pack``, a pack's memory estimate exceeds the limit (nothing has run).
+        ConfigError: with ``pack``, a pack's memory estimate exceeds the limit (no trial has run).
     """
     import sys
     import time
@@ -211,24 +215,32 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         return outcome
     console.print(f"{len(plan.todo)} run(s) to train ({len(plan.resumable)} resuming from a checkpoint) -> {out}")
     threads, device = run_resources(cpus_per_trial, gpus_per_trial)
-    packs = None
-    if pack:
-        from suPER.campaigns.packs import check_memory, device_memory_bytes, plan_packs
-
-        packs = plan_packs(plan.todo, out, pack_size, threads=threads, device=device, **(run_fields or {}))
-        limit = pack_memory_gb * 1e9 if pack_memory_gb is not None else device_memory_bytes(device)
-        for p in packs:
-            console.print(f"pack {p.name}: {len(p.runs)} run(s), " + (
-                f"about {p.bytes / 1e9:.3f} GB at full replay" if p.packed else "not packable, runs alone"))
-        check_memory(packs, int(limit), "--pack-memory-gb" if pack_memory_gb is not None
-                     else f"--pack-memory-gb (default: the {device} memory)")
-
     import os
+
+    cluster = bool(address or os.environ.get("RAY_ADDRESS"))
+    fields = dict(threads=threads, device=device, **(run_fields or {}))
+    packs = None
+    if pack and (pack_memory_gb is not None or not cluster or dry_run):  # sized here, before Ray starts
+        from suPER.campaigns.packs import memory_limit
+
+        limit = (int(pack_memory_gb * 1e9) if pack_memory_gb is not None else
+                 memory_limit(device, cpus_per_trial, gpus_per_trial))
+        packs = _plan_packs(console, plan.todo, out, pack_size, limit, pack_memory_gb is not None,
+                            f"{device} of this machine" + (" (dry run: not the cluster's workers)" if cluster else ""),
+                            fields)
+    if dry_run:
+        return outcome
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
     from ray import tune
 
     with ray_session(address) as where:
+        if pack and packs is None:  # a cluster: the limit is measured on a worker, by a task with a trial's resources
+            from suPER.campaigns.packs import worker_memory_limit
+
+            limit = worker_memory_limit(device, cpus_per_trial, gpus_per_trial)
+            packs = _plan_packs(console, plan.todo, out, pack_size, limit, False, f"{device} of a cluster worker",
+                                fields)
         param: dict[str, Any] = {"out": str(out), "threads": threads, "device": device, "grid": grid.name,
                                  "report_every_s": 2.0, "run_fields": dict(run_fields or {})}
         if packs is None:
@@ -269,6 +281,27 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")
     return outcome
+
+
+def _plan_packs(console: Any, todo: Sequence[GridRun], out: Path, pack_size: int | None, limit: int, given: bool,
+                measured: str, fields: dict[str, Any]) -> list[Any]:
+    """Plan the packs (sized by ``limit`` unless ``pack_size``), print them, refuse one over ``limit``.
+
+    Raises:
+        ConfigError: a pack (with no ``pack_size``: a single run) needs more than ``limit`` bytes.
+    """
+    from suPER.campaigns.packs import HEADROOM, check_memory, plan_packs
+
+    packs = plan_packs(todo, out, pack_size, limit, **fields)
+    how = "--pack-memory-gb" if given else f"{HEADROOM:.0%} of the free memory of the {measured}, per trial"
+    sizes = ", ".join(str(len(p.runs)) for p in packs if p.packed)
+    console.print(f"pack memory limit {limit / 1e9:.3g} GB ({how})")
+    console.print(f"pack sizes ({'--pack-size' if pack_size is not None else 'chosen to fit'}): {sizes or '-'}")
+    for p in packs:
+        console.print(f"pack {p.name}: {len(p.runs)} run(s), " + (
+            f"about {p.bytes / 1e9:.3f} GB at full replay" if p.packed else "not packable, runs alone"))
+    check_memory(packs, limit, "--pack-memory-gb" if given else f"--pack-memory-gb (default: {how})")
+    return packs
 
 
 def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:

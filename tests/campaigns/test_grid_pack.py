@@ -65,14 +65,46 @@ def test_runs_group_by_pack_key_and_split_by_pack_size(tmp_path: Path) -> None:
     assert packs[0].bytes > 2 * 500 * 4 * 2 * 4  # at least obs + next_obs of 4 policies x 500 rows, float32
 
 
-def test_a_pack_over_the_memory_limit_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flags, refused", [
+    (["--pack-size", "2", "--pack-memory-gb", "0.0001"], "+1 (2 runs)"),  # a pack of the size asked for
+    (["--pack-memory-gb", "0.0001"], "__s1 (1 runs)"),  # sized to fit: a single run that cannot fit
+])
+def test_a_pack_over_the_memory_limit_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             flags: list[str], refused: str) -> None:
     out = tmp_path / "c"
-    code = main(["grid", "run", str(write_grid(tmp_path)), "--out", str(out), "--pack", "--pack-memory-gb", "0.0001"])
+    code = main(["grid", "run", str(write_grid(tmp_path)), "--out", str(out), "--pack", *flags])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2
-    assert len(err) == 1 and err[0].startswith("error: --pack-memory-gb: pack pursuit") and "+1 (2 runs)" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: --pack-memory-gb: pack pursuit") and refused in err[0]
     assert "0.0001 GB limit" in err[0]
     assert not (out / ".tune").exists()  # refused before Ray started
+
+
+def test_pack_sizes_are_chosen_to_fit_the_free_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --pack-size: 5 seeds of one pack key cut into packs that each fit HEADROOM x free memory x the
+    trial's share (1 of this machine's cores), the free memory faked to hold 2 runs per pack."""
+    from suPER.campaigns import packs
+
+    grid = campaigns.load_grid(write_grid(tmp_path))
+    one = plan_packs(grid.runs[:1], tmp_path / "c")[0].bytes
+    share = 1 / (os.cpu_count() or 1)
+    monkeypatch.setattr(packs, "available_memory_bytes", lambda device: int(2.5 * one / (packs.HEADROOM * share)))
+    out = tmp_path / "c"
+    code = main(["grid", "run", str(write_grid(tmp_path)), "--out", str(out), "--pack", "--seeds", "5", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code in (0, None), err
+    assert "pack sizes (chosen to fit): 2, 2, 1" in err
+    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("pack pursuit")] == [
+        "pack pursuit__ddqn__s1+1", "pack pursuit__ddqn__s3+1", "pack pursuit__ddqn__s5"]
+    assert not (out / ".tune").exists()  # a dry run starts nothing
+
+
+def test_free_memory_of_the_cpu_is_read_from_this_machine() -> None:
+    from suPER.campaigns.packs import available_memory_bytes
+
+    free = available_memory_bytes("cpu")
+    assert 0 < free <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def metrics_steps(folder: Path) -> list[int]:
