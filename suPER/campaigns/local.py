@@ -98,7 +98,12 @@ def _pack_trainable(config: dict[str, Any]) -> None:
 
     Runs whose folder finished (a retry after another run of the pack failed) are left out; the trial fails
     when a run of the pack did not finish, so Tune retries it (each retry resumes the unfinished runs).
+    Progress: every result carries ``runs``, one row per run of the pack (env steps, budget, last
+    evaluation's team return, status, and at the end its training env steps/s), which the live table
+    shows as that run's row, as an unpacked trial's result is.
     """
+    import time
+
     from ray import tune
 
     from suPER import runs as runs_mod
@@ -112,13 +117,38 @@ def _pack_trainable(config: dict[str, Any]) -> None:
     if not config["pack"]["packed"]:  # an algorithm the packed trainer does not train: the single-run trial
         _trainable({**config, "run": config["pack"]["runs"][0]})
         return
+    rows: dict[str, dict[str, Any]] = {cfg.run_name: {"budget": cfg.run.num_timesteps, "status": "FINISHED"
+                                                      if i not in todo else "RUNNING"} for i, cfg in enumerate(cfgs)}
+    last = [0.0]
+
+    def report(done: bool) -> None:
+        steps = [r.get("env_steps", 0) for r in rows.values()]
+        tune.report({"env_steps": sum(steps), "budget": sum(c.run.num_timesteps for c in cfgs),
+                     "team_return": float("nan"), "runs": {k: dict(v) for k, v in rows.items()}, "done": done})
+
+    def run_progress(name: str) -> Any:
+        def progress(env_steps: int, stats: dict[str, float]) -> None:
+            rows[name].update(env_steps=env_steps, team_return=stats.get("team_return", rows[name].get("team_return")))
+            if stats.get("failed"):
+                rows[name]["status"] = "ERROR"
+            now = time.monotonic()
+            if now - last[0] >= config["report_every_s"]:
+                last[0] = now
+                report(False)
+        return progress
+
     outcomes = execute_pack([cfgs[i] for i in todo], extra_manifests=[
-        {"grid": config["grid"], "grid_entry": grid_runs[i].entry} for i in todo]) if todo else []
+        {"grid": config["grid"], "grid_entry": grid_runs[i].entry} for i in todo],
+        progress=[run_progress(cfgs[i].run_name) for i in todo]) if todo else []
     failed = [(cfgs[i].run_name, out) for i, out in zip(todo, outcomes) if isinstance(out, BaseException)]
-    done = [out for out in outcomes if not isinstance(out, BaseException)]
-    tune.report({"env_steps": sum(s.env_steps for s in done), "budget": sum(c.run.num_timesteps for c in cfgs),
-                 "team_return": float("nan"), "env_steps_per_sec": sum(s.env_steps_per_sec for s in done),
-                 "done": not failed})
+    for i, out in zip(todo, outcomes):
+        row = rows[cfgs[i].run_name]
+        if isinstance(out, BaseException):
+            row["status"] = "ERROR"
+        else:
+            row.update(status="FINISHED", env_steps=out.env_steps, team_return=out.final_team_return,
+                       env_steps_per_sec=out.env_steps_per_sec)
+    report(not failed)
     if failed:
         name, exc = failed[0]
         raise RuntimeError(f"{len(failed)} run(s) of the pack did not finish, first {name}: "
@@ -249,8 +279,7 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
             param["pack"] = tune.grid_search([{"name": p.name, "packed": p.packed, "runs": [r.as_dict() for r in p.runs]}
                                               for p in packs])
         trainable: Any = _trainable if packs is None else _pack_trainable
-        table = _live_table(console, [r.run_name for r in plan.todo] if packs is None else [p.name for p in packs],
-                            where)
+        table = _live_table(console, [r.run_name for r in plan.todo], where)
 
         def trial_name(trial: Any) -> str:
             return _trial_run_name(trial.config)
@@ -349,7 +378,11 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
             return table
 
         def _set(self, trial: Any, **values: Any) -> None:
-            self.rows.setdefault(_trial_run_name(trial.config), {}).update(values)
+            """Update the trial's row, or every row of a pack trial (a finished run keeps FINISHED)."""
+            for name in _trial_runs(trial.config):
+                row = self.rows.setdefault(name, {})
+                if not (row.get("status") == "FINISHED" and values.get("status") in ("RUNNING", "RETRYING", "ERROR")):
+                    row.update(values)
             if self.live is not None:
                 self.live.update(self.render())
 
@@ -361,8 +394,14 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
-            keys = ("env_steps", "budget", "team_return", "env_steps_per_sec")
-            self._set(trial, **{k: result[k] for k in keys if k in result})
+            keys = ("env_steps", "budget", "team_return", "env_steps_per_sec", "status")
+            if "runs" in result:  # a pack: one row per run, as its own trial would report it
+                for name, values in result["runs"].items():
+                    self.rows.setdefault(name, {}).update({k: values[k] for k in keys if k in values})
+                if self.live is not None:
+                    self.live.update(self.render())
+                return
+            self._set(trial, **{k: result[k] for k in keys if k in result and k != "status"})
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self._set(trial, status="FINISHED")
@@ -371,6 +410,13 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
             self._set(trial, status="ERROR")
 
     return LiveTable(console, run_names, where)
+
+
+def _trial_runs(config: dict[str, Any]) -> list[str]:
+    """The run folder names a trial trains: its run, or every run of its pack."""
+    if "pack" in config:
+        return [str(r["_run_name"]) for r in config["pack"]["runs"]]
+    return [_trial_run_name(config)]
 
 
 def _trial_run_name(config: dict[str, Any]) -> str:

@@ -132,7 +132,8 @@ class _Run:
 
 def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                loggers: Sequence[Logger | None] | None = None,
-               progress: ProgressFn | None = None, batched_env: bool | None = None) -> list[Summary | BaseException]:
+               progress: ProgressFn | None = None, batched_env: bool | None = None,
+               run_progress: Sequence[ProgressFn | None] | None = None) -> list[Summary | BaseException]:
     """Train R DQN runs as one pack (see the module docstring).
 
     Args:
@@ -142,6 +143,9 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
         batched_env: step the R runs' training games as one batched env (``PackEnvs``), instead of each
             run's own single game; None: when the env has one (the env record's ``batched``: pursuit).
+        run_progress: one callback per run, called as ``dqn.train`` calls its ``progress`` (after every
+            fragment: the run's env steps, last evaluation's team return, training return), and once
+            with ``{"failed": 1.0}`` when the run stops (the Tune table's per-run rows).
 
     Returns:
         Per run, its Summary, or the exception that stopped it (the other runs went on).
@@ -151,13 +155,14 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     """
     check_packable(cfgs)
     loggers = list(loggers) if loggers is not None else [None] * len(cfgs)
+    run_progress = list(run_progress) if run_progress is not None else [None] * len(cfgs)
     R = len(cfgs)
     d0 = cfgs[0].dqn
 
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
     runs: list[_Run] = []
-    for cfg, folder, logger in zip(cfgs, folders, loggers):
-        runs.append(_build_run(cfg, folder, logger))
+    for cfg, folder, logger, run_prog in zip(cfgs, folders, loggers, run_progress):
+        runs.append(_build_run(cfg, folder, logger, run_prog))
     spec, device = runs[0].loop.spec, runs[0].loop.device
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d0.parameter_sharing else n_agents
@@ -266,6 +271,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             run.failure = exc
             print(f"{run.cfg.run_name}: stopped during {what} ({type(exc).__name__}: {exc}); the other runs of the "
                   f"pack go on", file=sys.stderr)
+            if run.loop.record.progress is not None:
+                run.loop.record.progress(run.loop.env_steps, {"failed": 1.0})
             for env in [*run.loop.envs, run.loop.eval_env]:
                 try:
                     env.close()
@@ -358,6 +365,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         for r in live:
             if runs[r].active and runs[r].loop.checkpoint_due:
                 guarded(r, "checkpoint", runs[r].loop.save, trainer_state(r))
+            if runs[r].active:
+                runs[r].loop.report_progress()  # per run, as dqn.train reports after each fragment
         if progress is not None:
             progress(max(run.loop.env_steps for run in runs), {})
 
@@ -377,10 +386,11 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 # per-run pieces
 
 
-def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) -> _Run:
+def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
+               progress: ProgressFn | None = None) -> _Run:
     """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does."""
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
-    loop = RunLoop(cfg, folder, logger, None)  # seeds python, numpy and torch from the run seed
+    loop = RunLoop(cfg, folder, logger, progress)  # seeds python, numpy and torch from the run seed
     seed, spec = run_cfg.seed, loop.spec
     rng = np.random.default_rng(seed)
     n_agents, obs_shape = spec.n_agents, spec.obs_shape

@@ -107,6 +107,40 @@ def test_free_memory_of_the_cpu_is_read_from_this_machine() -> None:
     assert 0 < free <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def test_a_pack_trial_reports_every_runs_progress_to_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pack trainable's results carry one row per run (env steps, eval return, status), after every
+    fragment, and the live table shows them as one row per run. Tune's ``report`` is captured (no Ray)."""
+    from ray import tune
+    from rich.console import Console
+
+    from suPER.campaigns import local
+
+    grid = campaigns.load_grid(write_grid(tmp_path))
+    out = tmp_path / "c"
+    reports: list[dict[str, object]] = []
+    monkeypatch.setattr(tune, "report", lambda metrics: reports.append(json.loads(json.dumps(metrics))))
+    config = {"out": str(out), "threads": 1, "device": "cpu", "grid": grid.name, "report_every_s": 0.0,
+              "run_fields": {}, "pack": {"name": "p", "packed": True, "runs": [r.as_dict() for r in grid.runs]}}
+    local._pack_trainable(config)
+    names = [r.run_name for r in grid.runs]
+    per_run = {n: [rep["runs"][n] for rep in reports] for n in names}  # type: ignore[index]
+    for name in names:
+        steps = [row.get("env_steps", 0) for row in per_run[name]]
+        assert steps == sorted(steps) and steps[-1] == 120 and len(set(steps)) > 5  # live, not once at the end
+        assert [row["status"] for row in per_run[name]][-1] == "FINISHED"
+        assert per_run[name][-1]["team_return"] == pytest.approx(
+            float(list(csv.DictReader((out / name / "metrics.csv").open()))[-1]["team_return_mean"]))
+    assert reports[-1]["done"] is True
+    table = local._live_table(Console(width=200, record=True), names, "local")
+    trial = type("Trial", (), {"config": config})()
+    table.on_trial_start(0, [], trial)
+    table.on_trial_result(0, [], trial, reports[len(reports) // 2])
+    assert all(table.rows[n]["status"] == "RUNNING" and 0 < table.rows[n]["env_steps"] < 120 for n in names)
+    table.on_trial_complete(0, [], trial)
+    table.on_trial_result(0, [], trial, reports[-1])
+    assert all(table.rows[n]["status"] == "FINISHED" and table.rows[n]["env_steps"] == 120 for n in names)
+
+
 def metrics_steps(folder: Path) -> list[int]:
     with (folder / "metrics.csv").open() as f:
         return [int(float(row["env_steps"])) for row in csv.DictReader(f)]
@@ -143,6 +177,8 @@ def test_grid_run_pack_resumes_two_seeds_as_one_pack(tmp_path: Path, monkeypatch
     assert "2 run(s) to train (2 resuming from a checkpoint)" in r.stderr
     assert "2 finished now, 0 finished before, 0 failed" in r.stdout
     assert "pack pursuit" in r.stderr and "2 run(s), about" in r.stderr
+    for run in grid.runs:  # the live table has one row per run of the pack
+        assert any(run.run_name in line and "FINISHED" in line and "120/120" in line for line in r.stderr.splitlines())
     assert [metrics_steps(out / r.run_name) for r in grid.runs] == [[0, 60, 120], [0, 60, 120]]
     # the same run trained unpacked: the packed folders have its layout
     ref = tmp_path / "ref"
