@@ -255,9 +255,13 @@ def train(
         else:
             _train_one(cfg, overwrite, backend)
     if pack and packed:
+        from rich.console import Console
+
         from suPER.campaigns.packed import execute_pack, report
 
-        raise typer.Exit(report(packed, execute_pack(packed, overwrite=overwrite, backend=backend)))
+        with _pack_progress_bars(packed, Console(stderr=True)) as progress:
+            outcomes = execute_pack(packed, overwrite=overwrite, backend=backend, progress=progress)
+        raise typer.Exit(report(packed, outcomes))
 
 
 def _typed_flags() -> dict[str, str]:
@@ -378,6 +382,48 @@ class _progress_bar:
                             ret="-" if ret != ret else f"{ret:.2f}")
 
         return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class _pack_progress_bars:
+    """One rich progress bar per run of a pack (``train --pack``), each fed by its run's progress callback.
+
+    Entering yields the per-run callbacks for ``execute_pack(progress=...)`` (None each when
+    ``run.progress`` is off); a run that stops shows ``stopped`` in its row.
+    """
+
+    def __init__(self, cfgs: list[C.ExperimentConfig], console: Any) -> None:
+        self.cfgs, self.console = cfgs, console
+        self.bar: Any = None
+
+    def __enter__(self) -> list[Any]:
+        if not self.cfgs[0].run.progress:
+            return [None] * len(self.cfgs)
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("[bold blue]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[sps]} steps/s"), TextColumn("eval return {task.fields[ret]}"),
+                            TimeRemainingColumn(), console=self.console, transient=False)
+        self.bar.start()
+        t0 = time.perf_counter()
+
+        def callback(cfg: C.ExperimentConfig) -> Any:
+            task = self.bar.add_task(cfg.run_name, total=cfg.run.num_timesteps, sps="-", ret="-")
+
+            def update(env_steps: int, stats: dict[str, float]) -> None:
+                ret = stats.get("team_return", float("nan"))
+                fields = {"sps": "stopped"} if stats.get("failed") else {
+                    "sps": f"{env_steps / max(time.perf_counter() - t0, 1e-9):.0f}"}
+                self.bar.update(task, completed=env_steps, ret="-" if ret != ret else f"{ret:.2f}", **fields)
+
+            return update
+
+        return [callback(cfg) for cfg in self.cfgs]
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
