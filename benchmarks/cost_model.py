@@ -23,9 +23,10 @@ Machines (the grid has many more runs than cores, and runs are independent):
                             fragment, the env, replay and evaluation env steps on the host cores
                             (``gpu_prediction``)
 
-``--measure`` times ``c_step``, ``u`` and ``c_eval`` here (process CPU time, one torch thread) and a short
-real ``dqn.train`` run whose CPU time the model must predict; without it, the inputs below (measured
-earlier, stated with their command and commit in docs/performance.md) are used. Prints the inputs, the
+``--measure`` times ``c_step``, ``u`` and ``c_eval`` here (process CPU time, one torch thread); without it,
+the inputs below (measured earlier, stated with their command and commit in docs/performance.md) are used.
+``--check-steps N`` trains a real ``dqn.train`` run of N env steps whose CPU time the model must predict.
+Parameter-sharing runs update one policy on ``n * B`` samples and are charged the same ``n * B * u``. Prints the inputs, the
 grid's runs and env steps (``experiments/paper_grid.yaml`` expanded by ``campaigns.load_grid``, --seeds 3
 as the original), and the predictions. No timings in tests.
 """
