@@ -141,6 +141,20 @@ def test_a_pack_trial_reports_every_runs_progress_to_the_table(tmp_path: Path, m
     assert all(table.rows[n]["status"] == "FINISHED" and table.rows[n]["env_steps"] == 120 for n in names)
 
 
+@pytest.mark.slow
+def test_on_ray_the_limit_is_measured_by_a_task_holding_a_trials_resources() -> None:
+    """The cluster path of ``grid run --pack`` (no --pack-memory-gb): a Ray task with the trial's CPUs reads
+    the free memory where it runs (here the embedded instance on this machine, 2 CPUs, 1 per trial)."""
+    from suPER.campaigns import local, packs
+
+    with local.ray_session(None, num_cpus=2):
+        limit = packs.worker_memory_limit("cpu", 1.0, 0.0)
+    cores = os.cpu_count() or 1
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < limit <= packs.HEADROOM * physical / cores
+    assert limit == pytest.approx(packs.memory_limit("cpu", 1.0, 0.0), rel=0.2)  # the same machine, moments apart
+
+
 def metrics_steps(folder: Path) -> list[int]:
     with (folder / "metrics.csv").open() as f:
         return [int(float(row["env_steps"])) for row in csv.DictReader(f)]
