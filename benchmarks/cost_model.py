@@ -138,6 +138,32 @@ def measure(env_name: str, steps: int = 200, updates: int = 6, eval_steps: int =
     return {"c_step": c_step, "u": u, "c_eval": c_eval}
 
 
+def forward_flops(env_name: str) -> float:
+    """FLOPs of one policy-sample's forward through the env's network (``torch.utils.flop_counter``).
+
+    An update per policy-sample costs about 5 forwards: forward + backward (2x) on o, and the online and
+    target forwards on o'; ``UPDATE_FORWARDS`` of them.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from suPER import config as C
+    from suPER.models import BatchedQNet
+    from suPER.native.pack_memory import env_spec
+
+    cfg = C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})
+    spec, d = env_spec(cfg), cfg.dqn
+    net = BatchedQNet(spec.n_agents, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
+                      hiddens=d.hiddens)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        net(torch.rand(spec.n_agents, d.batch_size, *spec.obs_shape))
+    return counter.get_total_flops() / (spec.n_agents * d.batch_size)
+
+
+UPDATE_FORWARDS = 5
+"""forward-equivalents of one update per policy-sample (forward + backward on o, two forwards on o')"""
+
+
 def check_run(env_name: str, steps: int, inputs: dict[str, dict[str, float]]) -> tuple[float, float]:
     """(measured, predicted) CPU-seconds of a real ``dqn.train`` run of ``steps`` env steps (DDQN, paper
     network, 3 evaluations of 2 episodes at the env's horizon), the model's check point."""
@@ -252,6 +278,14 @@ def gpu_prediction(grid: dict[str, Any], host_cores: int, fragment_s: float) -> 
     return max(device, host), device, host
 
 
+def g_n(env_name: str) -> int:
+    """Learners of the env (its spec's agents)."""
+    from suPER import config as C
+    from suPER.native.pack_memory import env_spec
+
+    return int(env_spec(C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})).n_agents)
+
+
 def hours(s: float) -> str:
     return f"{s / 3600:,.1f} h"
 
@@ -266,6 +300,8 @@ def main() -> None:
     parser.add_argument("--check-env", default="pursuit", choices=ENVS)
     parser.add_argument("--workers", type=int, default=8, help="W for the Ray cluster line")
     parser.add_argument("--worker-cores", type=int, default=16)
+    parser.add_argument("--gpu-tflops", type=float, default=20.0,
+                        help="ASSUMED sustained fp32 rate of the GPU for the FLOP floor (not measured)")
     parser.add_argument("--fragment-ms", type=float, default=10.0,
                         help="ASSUMED GPU time of one packed fragment: 4 acting forwards + TD + update (not measured)")
     args = parser.parse_args()
@@ -280,6 +316,11 @@ def main() -> None:
         v = inputs[e]
         print(f"  {e}: c_step {v['c_step'] * 1e3:.3f} ms/env-step, u {v['u'] * 1e6:.2f} us/policy-sample, "
               f"c_eval {v['c_eval'] * 1e3:.3f} ms/eval-game-step, c_replay {C_REPLAY[e] * 1e3:.1f} ms/fragment")
+    flops = {e: forward_flops(e) for e in ENVS}
+    for e in ENVS:
+        f = UPDATE_FORWARDS * flops[e]
+        print(f"  {e}: update {f / 1e6:.2f} MFLOP per policy-sample ({UPDATE_FORWARDS} x forward "
+              f"{flops[e] / 1e6:.2f}), achieved {f / inputs[e]['u'] / 1e9:.1f} GFLOP/s on one core")
     g = grid_cost(args.grid, args.seeds, inputs)
     print(f"{args.grid} --seeds {args.seeds}: {g['runs']} runs, {g['steps']:,} training env steps")
     for e, v in g["per_env"].items():
@@ -295,6 +336,9 @@ def main() -> None:
     wall, device, host = gpu_prediction(g, 16, args.fragment_ms / 1e3)
     print(f"predicted wall, one GPU + 16 host cores, packed (NOT measured; assumes {args.fragment_ms:g} ms of "
           f"device time per packed fragment): {hours(wall)} (device {hours(device)}, host {hours(host)})")
+    update_flops = sum(v["dqn_steps"] / 4 * g_n(e) * 32 * UPDATE_FORWARDS * flops[e] for e, v in g["per_env"].items())
+    print(f"  device FLOP floor: {update_flops / 1e15:.1f} PFLOP of updates -> {hours(update_flops / (args.gpu_tflops * 1e12))} "
+          f"at an ASSUMED sustained {args.gpu_tflops:g} TFLOP/s (not measured)")
     for line in recorded_checks(inputs):
         print("check (recorded, docs/results.md):", line)
     if args.check_steps:
