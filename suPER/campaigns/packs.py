@@ -2,8 +2,9 @@
 
 Grouping: runs with equal ``suPER.native.packed.pack_key`` (same network shapes, optimizer settings and update
 schedule) can share one ``train_pack``; a group is cut, in grid order, into packs of at most ``pack_size``
-runs, or (no ``pack_size``) into packs that each fit a memory limit: a run joins the current pack while the
-pack's estimate stays within the limit, else it starts the next one. Runs the packed trainer does not train
+runs, or (no ``pack_size``) into the fewest packs that each fit a memory limit (a run joins the current pack
+while the pack's estimate stays within the limit, else it starts the next one), evened out in size when the
+even cut fits too (pack trials run side by side, so 5 + 4 finishes before 8 + 1). Runs the packed trainer does not train
 (other algorithms) stay single-run "packs" and run unpacked.
 
 Memory of a pack: the sum of its runs' ``suPER.native.pack_memory.run_memory_bytes`` (replay at full
@@ -91,9 +92,24 @@ def plan_packs(runs_: Sequence[GridRun], out: Path, pack_size: int | None = None
             if chunk and full:
                 chunks.append([])
             chunks[-1].append(member)
+        if pack_size is None and len(chunks) > 1:  # as many packs, evened out (9 runs for 8 a pack: 5 + 4, not 8 + 1)
+            even = _even_split(sized, len(chunks))
+            if all(sum(b for _, _, b in chunk) <= limit_bytes for chunk in even):  # type: ignore[operator]
+                chunks = even
         for chunk in chunks:
             packs.append((chunk[0][0], Pack([run for _, run, _ in chunk], sum(b for _, _, b in chunk), packed=True)))
     return [p for _, p in sorted(packs, key=lambda ip: ip[0])]
+
+
+def _even_split(items: list[Any], k: int) -> list[list[Any]]:
+    """``items`` cut in order into ``k`` runs of sizes differing by at most one (the first ones larger)."""
+    base, extra = divmod(len(items), k)
+    out, start = [], 0
+    for i in range(k):
+        size = base + (1 if i < extra else 0)
+        out.append(items[start:start + size])
+        start += size
+    return out
 
 
 HEADROOM = 0.8

@@ -98,6 +98,10 @@ def test_pack_sizes_are_chosen_to_fit_the_free_memory(tmp_path: Path, capsys: py
     assert [line.split(":")[0] for line in err.splitlines() if line.startswith("pack pursuit")] == [
         "pack pursuit__ddqn__s1+1", "pack pursuit__ddqn__s3+1", "pack pursuit__ddqn__s5"]
     assert not (out / ".tune").exists()  # a dry run starts nothing
+    # 9 runs with room for 8 a pack: 2 packs (the fewest), evened out to 5 + 4 rather than 8 + 1
+    nine = campaigns.load_grid(write_grid(tmp_path), seeds=9).runs
+    assert [len(p.runs) for p in plan_packs(nine, out, limit_bytes=int(8.5 * one))] == [5, 4]
+    assert [len(p.runs) for p in plan_packs(nine, out, limit_bytes=int(9.5 * one))] == [9]
 
 
 def test_free_memory_of_the_cpu_is_read_from_this_machine() -> None:
