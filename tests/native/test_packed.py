@@ -196,3 +196,19 @@ def test_pack_equals_each_run_alone_on_cuda(tmp_path: Path) -> None:
         for rp, ra in zip(p["rows"], a["rows"], strict=True):
             if rp["loss"] != "nan":
                 assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_pack_mixing_learning_rates_on_cuda(tmp_path: Path) -> None:
+    """On CUDA the mixed-rate step (foreach ops, per-run step sizes) against each run alone (fused Adam):
+    equal to float32 rounding (atol 1e-5 on weights of scale ~0.1-1 over 24 updates; a swapped rate moves
+    them ~2e-2 on CPU). Not run yet: no GPU was lent to the session that wrote it."""
+    lrs = (1e-3, 3e-4)
+    cfgs = [tiny_cfg(1 + i, False, 24, tmp_path, **{"dqn.lr": lr, "run.device": "cuda"}) for i, lr in enumerate(lrs)]
+    assert all(not isinstance(s, BaseException) for s in pack_of(cfgs, "pack", batched_env=True))
+    for cfg in cfgs:
+        pack_of([cfg], "alone", batched_env=True)
+        p, a = record(cfg, "pack")["final"], record(cfg, "alone")["final"]
+        for name in p["q_net"]:
+            torch.testing.assert_close(p["q_net"][name], a["q_net"][name], rtol=0, atol=1e-5, msg=name)
