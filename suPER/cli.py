@@ -255,9 +255,13 @@ def train(
         else:
             _train_one(cfg, overwrite, backend)
     if pack and packed:
+        from rich.console import Console
+
         from suPER.campaigns.packed import execute_pack, report
 
-        raise typer.Exit(report(packed, execute_pack(packed, overwrite=overwrite, backend=backend)))
+        with _pack_progress_bars(packed, Console(stderr=True)) as progress:
+            outcomes = execute_pack(packed, overwrite=overwrite, backend=backend, progress=progress)
+        raise typer.Exit(report(packed, outcomes))
 
 
 def _typed_flags() -> dict[str, str]:
@@ -378,6 +382,48 @@ class _progress_bar:
                             ret="-" if ret != ret else f"{ret:.2f}")
 
         return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class _pack_progress_bars:
+    """One rich progress bar per run of a pack (``train --pack``), each fed by its run's progress callback.
+
+    Entering yields the per-run callbacks for ``execute_pack(progress=...)`` (None each when
+    ``run.progress`` is off); a run that stops shows ``stopped`` in its row.
+    """
+
+    def __init__(self, cfgs: list[C.ExperimentConfig], console: Any) -> None:
+        self.cfgs, self.console = cfgs, console
+        self.bar: Any = None
+
+    def __enter__(self) -> list[Any]:
+        if not self.cfgs[0].run.progress:
+            return [None] * len(self.cfgs)
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("[bold blue]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[sps]} steps/s"), TextColumn("eval return {task.fields[ret]}"),
+                            TimeRemainingColumn(), console=self.console, transient=False)
+        self.bar.start()
+        t0 = time.perf_counter()
+
+        def callback(cfg: C.ExperimentConfig) -> Any:
+            task = self.bar.add_task(cfg.run_name, total=cfg.run.num_timesteps, sps="-", ret="-")
+
+            def update(env_steps: int, stats: dict[str, float]) -> None:
+                ret = stats.get("team_return", float("nan"))
+                fields = {"sps": "stopped"} if stats.get("failed") else {
+                    "sps": f"{env_steps / max(time.perf_counter() - t0, 1e-9):.0f}"}
+                self.bar.update(task, completed=env_steps, ret="-" if ret != ret else f"{ret:.2f}", **fields)
+
+            return update
+
+        return [callback(cfg) for cfg in self.cfgs]
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -739,8 +785,10 @@ def grid_run(
                                                       "as packs, one trial per pack (DQN / DDQN; others run alone)")] = False,
     pack_size: Annotated[int | None, typer.Option("--pack-size", help="most runs per pack (default: all runs "
                                                                       "that can share one)")] = None,
-    pack_memory_gb: Annotated[float | None, typer.Option("--pack-memory-gb", help="refuse a pack whose memory "
-                                                         "estimate exceeds this (default: the device's memory)")] = None,
+    pack_memory_gb: Annotated[float | None, typer.Option("--pack-memory-gb", help="memory per pack in GB: packs "
+                                                         "are sized to fit it, a pack over it is refused (default: "
+                                                         "80% of the trial device's free memory, per trial)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the runs (and packs) to train; start nothing")] = False,
 ) -> None:
     """Run a grid through Ray Tune: one trial per run (or, with --pack, per pack), a live progress table.
 
@@ -772,7 +820,9 @@ def grid_run(
         run_fields["wandb_group"] = wandb_group
     outcome = campaigns.run_grid(grid, selected, out, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                                  address=address, max_failures=max_failures, run_fields=run_fields, pack=pack,
-                                 pack_size=pack_size, pack_memory_gb=pack_memory_gb)
+                                 pack_size=pack_size, pack_memory_gb=pack_memory_gb, dry_run=dry_run)
+    if dry_run:
+        return
     print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
           f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
     if outcome["failed"]:

@@ -98,7 +98,12 @@ def _pack_trainable(config: dict[str, Any]) -> None:
 
     Runs whose folder finished (a retry after another run of the pack failed) are left out; the trial fails
     when a run of the pack did not finish, so Tune retries it (each retry resumes the unfinished runs).
+    Progress: every result carries ``runs``, one row per run of the pack (env steps, budget, last
+    evaluation's team return, status, and at the end its training env steps/s), which the live table
+    shows as that run's row, as an unpacked trial's result is.
     """
+    import time
+
     from ray import tune
 
     from suPER import runs as runs_mod
@@ -112,13 +117,38 @@ def _pack_trainable(config: dict[str, Any]) -> None:
     if not config["pack"]["packed"]:  # an algorithm the packed trainer does not train: the single-run trial
         _trainable({**config, "run": config["pack"]["runs"][0]})
         return
+    rows: dict[str, dict[str, Any]] = {cfg.run_name: {"budget": cfg.run.num_timesteps, "status": "FINISHED"
+                                                      if i not in todo else "RUNNING"} for i, cfg in enumerate(cfgs)}
+    last = [0.0]
+
+    def report(done: bool) -> None:
+        steps = [r.get("env_steps", 0) for r in rows.values()]
+        tune.report({"env_steps": sum(steps), "budget": sum(c.run.num_timesteps for c in cfgs),
+                     "team_return": float("nan"), "runs": {k: dict(v) for k, v in rows.items()}, "done": done})
+
+    def run_progress(name: str) -> Any:
+        def progress(env_steps: int, stats: dict[str, float]) -> None:
+            rows[name].update(env_steps=env_steps, team_return=stats.get("team_return", rows[name].get("team_return")))
+            if stats.get("failed"):
+                rows[name]["status"] = "ERROR"
+            now = time.monotonic()
+            if now - last[0] >= config["report_every_s"]:
+                last[0] = now
+                report(False)
+        return progress
+
     outcomes = execute_pack([cfgs[i] for i in todo], extra_manifests=[
-        {"grid": config["grid"], "grid_entry": grid_runs[i].entry} for i in todo]) if todo else []
+        {"grid": config["grid"], "grid_entry": grid_runs[i].entry} for i in todo],
+        progress=[run_progress(cfgs[i].run_name) for i in todo]) if todo else []
     failed = [(cfgs[i].run_name, out) for i, out in zip(todo, outcomes) if isinstance(out, BaseException)]
-    done = [out for out in outcomes if not isinstance(out, BaseException)]
-    tune.report({"env_steps": sum(s.env_steps for s in done), "budget": sum(c.run.num_timesteps for c in cfgs),
-                 "team_return": float("nan"), "env_steps_per_sec": sum(s.env_steps_per_sec for s in done),
-                 "done": not failed})
+    for i, out in zip(todo, outcomes):
+        row = rows[cfgs[i].run_name]
+        if isinstance(out, BaseException):
+            row["status"] = "ERROR"
+        else:
+            row.update(status="FINISHED", env_steps=out.env_steps, team_return=out.final_team_return,
+                       env_steps_per_sec=out.env_steps_per_sec)
+    report(not failed)
     if failed:
         name, exc = failed[0]
         raise RuntimeError(f"{len(failed)} run(s) of the pack did not finish, first {name}: "
@@ -161,7 +191,8 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
 def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: float = 1.0,
              gpus_per_trial: float = 0.0, address: str | None = None, max_failures: int = 1,
              console: Any = None, run_fields: dict[str, Any] | None = None, pack: bool = False,
-             pack_size: int | None = None, pack_memory_gb: float | None = None) -> dict[str, list[str]]:
+             pack_size: int | None = None, pack_memory_gb: float | None = None,
+             dry_run: bool = False) -> dict[str, list[str]]:
     """Run the selected runs of ``grid`` through Ray Tune, one trial per run, each into ``out/<run name>``.
 
     Finished runs are skipped, unfinished ones resume from their latest checkpoint (in the trial, via
@@ -181,16 +212,19 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         pack: group the runs by ``pack_key`` into packs (``campaigns.packs``), one trial per pack, each
             trained by the packed trainer (runs it does not train stay single trials); a pack reserves
             ``cpus_per_trial`` / ``gpus_per_trial`` once.
-        pack_size: most runs per pack (None: all runs of a group).
-        pack_memory_gb: refuse (before Ray starts) a pack whose estimate exceeds this; None = the device's
-            memory (CUDA device 0, else this machine's RAM).
+        pack_size: most runs per pack (None: packs sized to fit the memory limit, ``campaigns.packs``).
+        pack_memory_gb: the memory limit per pack, decimal GB; None = ``packs.memory_limit``: a headroom
+            fraction of the free memory of the trials' device, per trial, measured on this machine when
+            Ray runs here, or by a Ray task with a trial's resources on a cluster worker. A pack over it
+            is refused (with ``pack_size``, or a single run too large) before any trial starts.
+        dry_run: print the plan (and the packs) and return before Ray starts.
 
     Returns:
         Run names by outcome: ``finished`` (now), ``skipped`` (finished before), ``failed``, ``pending``,
         ``interrupted`` (Ctrl-C stopped Tune before the run finished: it resumes when run again).
 
     Raises:
-        ConfigError: with ``pack``, a pack's memory estimate exceeds the limit (nothing has run).
+        ConfigError: with ``pack``, a pack's memory estimate exceeds the limit (no trial has run).
     """
     import sys
     import time
@@ -211,24 +245,32 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         return outcome
     console.print(f"{len(plan.todo)} run(s) to train ({len(plan.resumable)} resuming from a checkpoint) -> {out}")
     threads, device = run_resources(cpus_per_trial, gpus_per_trial)
-    packs = None
-    if pack:
-        from suPER.campaigns.packs import check_memory, device_memory_bytes, plan_packs
-
-        packs = plan_packs(plan.todo, out, pack_size, threads=threads, device=device, **(run_fields or {}))
-        limit = pack_memory_gb * 1e9 if pack_memory_gb is not None else device_memory_bytes(device)
-        for p in packs:
-            console.print(f"pack {p.name}: {len(p.runs)} run(s), " + (
-                f"about {p.bytes / 1e9:.3f} GB at full replay" if p.packed else "not packable, runs alone"))
-        check_memory(packs, int(limit), "--pack-memory-gb" if pack_memory_gb is not None
-                     else f"--pack-memory-gb (default: the {device} memory)")
-
     import os
+
+    cluster = bool(address or os.environ.get("RAY_ADDRESS"))
+    fields = dict(threads=threads, device=device, **(run_fields or {}))
+    packs = None
+    if pack and (pack_memory_gb is not None or not cluster or dry_run):  # sized here, before Ray starts
+        from suPER.campaigns.packs import memory_limit
+
+        limit = (int(pack_memory_gb * 1e9) if pack_memory_gb is not None else
+                 memory_limit(device, cpus_per_trial, gpus_per_trial))
+        packs = _plan_packs(console, plan.todo, out, pack_size, limit, pack_memory_gb is not None,
+                            f"{device} of this machine" + (" (dry run: not the cluster's workers)" if cluster else ""),
+                            fields)
+    if dry_run:
+        return outcome
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
     from ray import tune
 
     with ray_session(address) as where:
+        if pack and packs is None:  # a cluster: the limit is measured on a worker, by a task with a trial's resources
+            from suPER.campaigns.packs import worker_memory_limit
+
+            limit = worker_memory_limit(device, cpus_per_trial, gpus_per_trial)
+            packs = _plan_packs(console, plan.todo, out, pack_size, limit, False, f"{device} of a cluster worker",
+                                fields)
         param: dict[str, Any] = {"out": str(out), "threads": threads, "device": device, "grid": grid.name,
                                  "report_every_s": 2.0, "run_fields": dict(run_fields or {})}
         if packs is None:
@@ -237,8 +279,7 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
             param["pack"] = tune.grid_search([{"name": p.name, "packed": p.packed, "runs": [r.as_dict() for r in p.runs]}
                                               for p in packs])
         trainable: Any = _trainable if packs is None else _pack_trainable
-        table = _live_table(console, [r.run_name for r in plan.todo] if packs is None else [p.name for p in packs],
-                            where)
+        table = _live_table(console, [r.run_name for r in plan.todo], where)
 
         def trial_name(trial: Any) -> str:
             return _trial_run_name(trial.config)
@@ -269,6 +310,27 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")
     return outcome
+
+
+def _plan_packs(console: Any, todo: Sequence[GridRun], out: Path, pack_size: int | None, limit: int, given: bool,
+                measured: str, fields: dict[str, Any]) -> list[Any]:
+    """Plan the packs (sized by ``limit`` unless ``pack_size``), print them, refuse one over ``limit``.
+
+    Raises:
+        ConfigError: a pack (with no ``pack_size``: a single run) needs more than ``limit`` bytes.
+    """
+    from suPER.campaigns.packs import HEADROOM, check_memory, plan_packs
+
+    packs = plan_packs(todo, out, pack_size, limit, **fields)
+    how = "--pack-memory-gb" if given else f"{HEADROOM:.0%} of the free memory of the {measured}, per trial"
+    sizes = ", ".join(str(len(p.runs)) for p in packs if p.packed)
+    console.print(f"pack memory limit {limit / 1e9:.3g} GB ({how})")
+    console.print(f"pack sizes ({'--pack-size' if pack_size is not None else 'chosen to fit'}): {sizes or '-'}")
+    for p in packs:
+        console.print(f"pack {p.name}: {len(p.runs)} run(s), " + (
+            f"about {p.bytes / 1e9:.3f} GB at full replay" if p.packed else "not packable, runs alone"))
+    check_memory(packs, limit, "--pack-memory-gb" if given else f"--pack-memory-gb (default: {how})")
+    return packs
 
 
 def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
@@ -316,7 +378,11 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
             return table
 
         def _set(self, trial: Any, **values: Any) -> None:
-            self.rows.setdefault(_trial_run_name(trial.config), {}).update(values)
+            """Update the trial's row, or every row of a pack trial (a finished run keeps FINISHED)."""
+            for name in _trial_runs(trial.config):
+                row = self.rows.setdefault(name, {})
+                if not (row.get("status") == "FINISHED" and values.get("status") in ("RUNNING", "RETRYING", "ERROR")):
+                    row.update(values)
             if self.live is not None:
                 self.live.update(self.render())
 
@@ -328,8 +394,14 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
 
         def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                             **info: Any) -> None:
-            keys = ("env_steps", "budget", "team_return", "env_steps_per_sec")
-            self._set(trial, **{k: result[k] for k in keys if k in result})
+            keys = ("env_steps", "budget", "team_return", "env_steps_per_sec", "status")
+            if "runs" in result:  # a pack: one row per run, as its own trial would report it
+                for name, values in result["runs"].items():
+                    self.rows.setdefault(name, {}).update({k: values[k] for k in keys if k in values})
+                if self.live is not None:
+                    self.live.update(self.render())
+                return
+            self._set(trial, **{k: result[k] for k in keys if k in result and k != "status"})
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
             self._set(trial, status="FINISHED")
@@ -338,6 +410,13 @@ def _live_table(console: Any, run_names: Sequence[str], where: str) -> Any:
             self._set(trial, status="ERROR")
 
     return LiveTable(console, run_names, where)
+
+
+def _trial_runs(config: dict[str, Any]) -> list[str]:
+    """The run folder names a trial trains: its run, or every run of its pack."""
+    if "pack" in config:
+        return [str(r["_run_name"]) for r in config["pack"]["runs"]]
+    return [_trial_run_name(config)]
 
 
 def _trial_run_name(config: dict[str, Any]) -> str:

@@ -34,7 +34,8 @@ class _Slot:
 
 
 def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, backend: str = "native",
-                 extra_manifests: Sequence[dict[str, Any]] | None = None) -> list[Any]:
+                 extra_manifests: Sequence[dict[str, Any]] | None = None,
+                 progress: Sequence[Any] | None = None) -> list[Any]:
     """Train ``cfgs`` as one pack, each into its own run folder (``execute``'s semantics per run).
 
     Args:
@@ -42,6 +43,7 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, ba
         overwrite: as for ``execute``, per run.
         backend: must be ``native`` (the packed trainer is native).
         extra_manifests: per run, further manifest fields (``grid run --pack``: its grid and entry).
+        progress: per run, its ``execute`` progress callback (``train_pack``'s ``run_progress``).
 
     Returns:
         Per run, its Summary or the exception that stopped or refused it.
@@ -58,12 +60,13 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, ba
     pack_info = {"size": len(cfgs), "runs": [c.run_name for c in cfgs], "trainer": "suPER.native.packed"}
     slots = [_Slot() for _ in cfgs]
     extras = list(extra_manifests) if extra_manifests is not None else [{} for _ in cfgs]
+    progress = list(progress) if progress is not None else [None] * len(cfgs)
     cond = threading.Condition()
 
     def handed_over(i: int) -> Any:
         def train_fn(cfg: C.ExperimentConfig, folder: Any, logger: Any = None, progress: Any = None) -> Any:
             with cond:
-                slots[i].args = (cfg, folder, logger)
+                slots[i].args = (cfg, folder, logger, progress)
                 cond.notify_all()
                 cond.wait_for(lambda: slots[i].result is not None)
             if isinstance(slots[i].result, BaseException):
@@ -74,7 +77,7 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, ba
     def run_thread(i: int) -> None:
         try:
             slots[i].outcome = execute(cfgs[i], overwrite=overwrite, backend=backend, train_fn=handed_over(i),
-                                       extra_manifest={"pack": pack_info, **extras[i]})
+                                       progress=progress[i], extra_manifest={"pack": pack_info, **extras[i]})
         except BaseException as exc:  # noqa: BLE001 - reported to the caller per run
             slots[i].outcome = exc
         finally:
@@ -93,7 +96,7 @@ def execute_pack(cfgs: Sequence[C.ExperimentConfig], overwrite: bool = False, ba
         if ready:
             args = [slots[i].args for i in ready]
             results = train_pack([a[0] for a in args], [a[1] for a in args],  # type: ignore[index]
-                                 [a[2] for a in args])  # type: ignore[index]
+                                 [a[2] for a in args], run_progress=[a[3] for a in args])  # type: ignore[index]
         else:
             results = []
     except BaseException as exc:  # the shared part failed (or Ctrl-C): every run of the pack stops with it

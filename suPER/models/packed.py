@@ -21,7 +21,7 @@ gradients, CPU, torch 2.13). A pack of R runs is then bit-for-bit R packs of one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -103,13 +103,19 @@ class PackedQNet(BatchedQNet):
             r: run index.
 
         Returns:
-            A ``state_dict`` that ``Adam(BatchedQNet(N).parameters()).load_state_dict`` accepts.
+            A ``state_dict`` that ``Adam(BatchedQNet(N).parameters()).load_state_dict`` accepts (a
+            ``PackedAdam``'s group ``lr`` replaced by run ``r``'s).
         """
         sd = optimizer.state_dict()
         state = {i: {k: (self.run_slice(v, r).clone() if k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
                          else v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
                  for i, s in sd["state"].items()}
-        return {"state": state, "param_groups": [dict(g) for g in sd["param_groups"]]}
+        groups = [dict(g) for g in sd["param_groups"]]
+        lr_R = getattr(optimizer, "lr_R", None)
+        if lr_R is not None:  # a PackedAdam: the run's own learning rate, as its unpacked Adam would hold
+            for g in groups:
+                g["lr"] = lr_R[r]
+        return {"state": state, "param_groups": groups}
 
     def load_run_adam_state(self, optimizer: torch.optim.Optimizer, r: int, run_state: Mapping[str, Any]) -> None:
         """Write one run's Adam state (``run_adam_state`` layout) into run ``r``'s slice of ``optimizer``.
@@ -136,20 +142,100 @@ class PackedQNet(BatchedQNet):
                 st["step"] = float(src["step"])
 
 
-def packed_adam(params: Any, lr: float, eps: float, device: torch.device) -> torch.optim.Adam:
+class PackedAdam(torch.optim.Adam):
+    """Adam over a pack's stacked parameters with one learning rate per run.
+
+    Runs are folded into dim 0 of every parameter, so per-run param groups are impossible; but Adam is
+    elementwise and its learning rate enters only the last operation,
+
+        p <- p + s_r * m / (sqrt(v / (1 - beta2^t)) + eps),   s_r = -lr_r / (1 - beta1^t),
+
+    so a step with a per-run step size ``s_r`` broadcast over the run axis (``p.unflatten(0, (R, -1))``)
+    is R separate Adams with their own learning rates. When every run has the same rate this is
+    ``torch.optim.Adam`` itself (``super().step()``: CPU foreach / CUDA fused, bit for bit as before).
+    Otherwise ``step`` runs the foreach path of torch's ``_multi_tensor_adam`` (no weight decay, amsgrad
+    or maximize) with that last ``addcdiv`` per run: ``p + (s_r * m) / denom``, the same float32
+    operations in the same order as torch's scalar ``addcdiv`` on CPU, so on CPU each run matches the
+    same run packed alone (tested); on CUDA it differs from the fused kernel by float32 rounding.
+
+    State and ``state_dict`` are ``torch.optim.Adam``'s (one step counter per tensor, shared by the pack);
+    the group's ``lr`` is run 0's, and ``lr_R`` holds every run's.
+
+    Args:
+        params: the pack's parameters (dim 0 = runs x policies, ``PackedQNet``'s layout).
+        lr_R: learning rate of each run, ``R`` values.
+        eps: Adam epsilon (one for the pack).
+        foreach, fused: as ``torch.optim.Adam`` (used when the rates are all equal).
+    """
+
+    def __init__(self, params: Any, lr_R: Sequence[float], eps: float, foreach: bool | None = None,
+                 fused: bool | None = None) -> None:
+        if not lr_R:
+            raise ValueError("PackedAdam: lr_R needs one learning rate per run")
+        self.lr_R = [float(x) for x in lr_R]
+        super().__init__(params, lr=self.lr_R[0], eps=eps, foreach=foreach, fused=fused)
+
+    @property
+    def uniform(self) -> bool:
+        """Every run has the same learning rate (then ``step`` is ``torch.optim.Adam.step``)."""
+        return len(set(self.lr_R)) == 1
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        """One Adam step of every run (per-run step sizes unless the rates are all equal)."""
+        if self.uniform:
+            return super().step(closure)
+        if closure is not None:
+            raise ValueError("PackedAdam: closures are not supported with per-run learning rates")
+        R = len(self.lr_R)
+        for group in self.param_groups:
+            if group["weight_decay"] or group["amsgrad"] or group["maximize"]:
+                raise ValueError("PackedAdam: per-run learning rates support plain Adam only")
+            beta1, beta2 = group["betas"]
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                st = self.state[p]
+                if not st:  # what torch.optim.Adam's first step makes (non-capturable, non-fused)
+                    st["step"] = torch.tensor(0.0, dtype=torch.float32)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            grads = [p.grad for p in params]
+            m = [self.state[p]["exp_avg"] for p in params]
+            v = [self.state[p]["exp_avg_sq"] for p in params]
+            steps = [self.state[p]["step"] for p in params]
+            torch._foreach_add_(steps, 1)
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, [(1 - beta2 ** float(t)) ** 0.5 for t in steps])
+            torch._foreach_add_(denom, group["eps"])
+            for p, m_p, d_p, t in zip(params, m, denom, steps):
+                bc1 = 1 - beta1 ** float(t)
+                s_R = torch.tensor([(lr / bc1) * -1 for lr in self.lr_R], dtype=p.dtype, device=p.device)
+                p_R, m_R, d_R = (x.unflatten(0, (R, -1)) for x in (p, m_p, d_p))
+                p_R.addcdiv_(m_R * s_R.reshape(R, *[1] * (p_R.dim() - 1)), d_R)
+        return None
+
+
+def packed_adam(params: Any, lr: float | Sequence[float], eps: float, device: torch.device) -> PackedAdam:
     """The optimizer of a pack: one Adam over the stacked parameters (elementwise, so R separate Adams).
 
     On CPU the ``foreach`` implementation: CPU's ``fused`` Adam runs the tail of a tensor that does not fill
     a vector register in scalar code, which rounds a run's last elements differently depending on where its
     slice sits in the stacked tensor (measured: a differing bias element after 5 steps), so a pack would no
-    longer train bit for bit as its runs alone. On CUDA the fused kernel (same arithmetic for every element).
+    longer train bit for bit as its runs alone. On CUDA the fused kernel (same arithmetic for every element)
+    while the runs share one learning rate; ``PackedAdam``'s foreach step with per-run step sizes otherwise.
 
     Args:
         params: the pack's parameters.
-        lr: learning rate (one for the pack).
+        lr: learning rate of each run (``R`` values), or one for a pack of one.
         eps: Adam epsilon.
         device: where the parameters live.
     """
+    lr_R = [float(lr)] if isinstance(lr, (int, float)) else list(lr)
     if device.type == "cuda":
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+        return PackedAdam(params, lr_R, eps=eps, fused=True)
+    return PackedAdam(params, lr_R, eps=eps, foreach=True)

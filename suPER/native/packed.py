@@ -18,8 +18,9 @@ order: act, step, record (each env step), TD for the relay, store, relay, learn,
 Loss per policy (as ``dqn.train``, the same ``suPER.native.dqn_loss`` functions): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
 (1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
 and the gradient of ``sum L`` w.r.t. run r's slice is run r's own gradient, so this is R separate
-Adams, provided all runs update at the same fragments (one shared step counter per tensor): a pack
-requires equal budgets, fragment length, learning_starts and batch size (``pack_key``), and refuses
+Adams (each with its own learning rate: ``PackedAdam`` scales run r's slice of the step by lr_r),
+provided all runs update at the same fragments (one shared step counter per tensor): a pack requires
+equal budgets, fragment length, learning_starts and batch size (``pack_key``), and refuses
 to resume runs that stopped at different points.
 
 Equivalence (``tests/native/test_packed.py``): each run of a pack takes the same actions, stores the
@@ -59,13 +60,13 @@ from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
-    "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing", "dqn.lr",
+    "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing",
     "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
     "run.num_timesteps", "run.device", "run.threads", "run.algo",
 )
 """Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
 the update schedule (all runs update at the same fragments). Anything else may differ per run: seed,
-relay (mode, bandwidth, window, team, ...), gamma, epsilon schedule, PER settings, buffer size, target
+learning rate (``PackedAdam``'s per-run step sizes), relay (mode, bandwidth, window, team, ...), gamma, epsilon schedule, PER settings, buffer size, target
 period, evaluation settings, output folder."""
 
 
@@ -131,7 +132,8 @@ class _Run:
 
 def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                loggers: Sequence[Logger | None] | None = None,
-               progress: ProgressFn | None = None, batched_env: bool | None = None) -> list[Summary | BaseException]:
+               progress: ProgressFn | None = None, batched_env: bool | None = None,
+               run_progress: Sequence[ProgressFn | None] | None = None) -> list[Summary | BaseException]:
     """Train R DQN runs as one pack (see the module docstring).
 
     Args:
@@ -141,6 +143,9 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         progress: called after every fragment with (env steps of each run, {}) (benchmarks time with it).
         batched_env: step the R runs' training games as one batched env (``PackEnvs``), instead of each
             run's own single game; None: when the env has one (the env record's ``batched``: pursuit).
+        run_progress: one callback per run, called as ``dqn.train`` calls its ``progress`` (after every
+            fragment: the run's env steps, last evaluation's team return, training return), and once
+            with ``{"failed": 1.0}`` when the run stops (the Tune table's per-run rows).
 
     Returns:
         Per run, its Summary, or the exception that stopped it (the other runs went on).
@@ -150,13 +155,14 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     """
     check_packable(cfgs)
     loggers = list(loggers) if loggers is not None else [None] * len(cfgs)
+    run_progress = list(run_progress) if run_progress is not None else [None] * len(cfgs)
     R = len(cfgs)
     d0 = cfgs[0].dqn
 
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
     runs: list[_Run] = []
-    for cfg, folder, logger in zip(cfgs, folders, loggers):
-        runs.append(_build_run(cfg, folder, logger))
+    for cfg, folder, logger, run_prog in zip(cfgs, folders, loggers, run_progress):
+        runs.append(_build_run(cfg, folder, logger, run_prog))
     spec, device = runs[0].loop.spec, runs[0].loop.device
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d0.parameter_sharing else n_agents
@@ -171,7 +177,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         q_net.load_run_state_dict(r, run.init_state)
     q_net = q_net.to(device)
     target_net = copy.deepcopy(q_net).requires_grad_(False)
-    optimizer = packed_adam(q_net.parameters(), lr=d0.lr, eps=d0.adam_eps, device=device)
+    optimizer = packed_adam(q_net.parameters(), lr=[run.cfg.dqn.lr for run in runs], eps=d0.adam_eps, device=device)
     gamma_P1 = torch.tensor([[run.cfg.dqn.gamma] for run in runs for _ in range(n_pol)], device=device)
     eval_net = q_net.unpacked().to(device).requires_grad_(False)  # one run's weights, for its evaluations
 
@@ -265,6 +271,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             run.failure = exc
             print(f"{run.cfg.run_name}: stopped during {what} ({type(exc).__name__}: {exc}); the other runs of the "
                   f"pack go on", file=sys.stderr)
+            if run.loop.record.progress is not None:
+                run.loop.record.progress(run.loop.env_steps, {"failed": 1.0})
             for env in [*run.loop.envs, run.loop.eval_env]:
                 try:
                     env.close()
@@ -357,6 +365,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         for r in live:
             if runs[r].active and runs[r].loop.checkpoint_due:
                 guarded(r, "checkpoint", runs[r].loop.save, trainer_state(r))
+            if runs[r].active:
+                runs[r].loop.report_progress()  # per run, as dqn.train reports after each fragment
         if progress is not None:
             progress(max(run.loop.env_steps for run in runs), {})
 
@@ -376,10 +386,11 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 # per-run pieces
 
 
-def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) -> _Run:
+def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
+               progress: ProgressFn | None = None) -> _Run:
     """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does."""
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
-    loop = RunLoop(cfg, folder, logger, None)  # seeds python, numpy and torch from the run seed
+    loop = RunLoop(cfg, folder, logger, progress)  # seeds python, numpy and torch from the run seed
     seed, spec = run_cfg.seed, loop.spec
     rng = np.random.default_rng(seed)
     n_agents, obs_shape = spec.n_agents, spec.obs_shape

@@ -29,8 +29,12 @@ def steps_of(run_dir: Path) -> list[int]:
 
 
 def test_pack_writes_one_unpacked_run_folder_per_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main([*TINY, "--num-timesteps", "64", "--eval-interval", "32", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    with_bars = [a for a in TINY if a != "--no-progress"]  # one progress bar per run of the pack
+    assert cli.main([*with_bars, "--num-timesteps", "64", "--eval-interval", "32", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    for name in NAMES:  # each run's own bar reached its budget
+        assert any(name in line and "64/64" in line for line in captured.err.splitlines()), captured.err
     for name in NAMES:
         run_dir = tmp_path / name
         assert f"{name}: final team return" in out
