@@ -45,23 +45,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from suPER.arrays import is_tensor
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
 from suPER.envs import StepResult, env_record, make_batched_env
-from suPER.loop import ProgressFn, RunLoop, to_numpy
+from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
 from suPER.native import dqn_loss
 from suPER.native.dqn import Fragment, relay_fragment, store_fragment
 from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
+from suPER.replay.torch_per import TorchPER
 from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
     "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing", "dqn.lr",
     "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
-    "run.num_timesteps", "run.device", "run.threads", "run.algo",
+    "run.num_timesteps", "run.device", "run.threads", "run.algo", "run.replay_device",
 )
 """Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
 the update schedule (all runs update at the same fragments). Anything else may differ per run: seed,
@@ -107,7 +109,7 @@ class _Run:
     cfg: ExperimentConfig
     loop: RunLoop
     rng: np.random.Generator
-    buffer: MultiAgentPER
+    buffer: MultiAgentPER | TorchPER
     relay: Relay | None
     insertion: InsertionPolicy
     frag: Fragment
@@ -154,10 +156,12 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     d0 = cfgs[0].dqn
 
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
+    replay_device = replay_device_of(cfgs[0])
     runs: list[_Run] = []
     for cfg, folder, logger in zip(cfgs, folders, loggers):
-        runs.append(_build_run(cfg, folder, logger))
+        runs.append(_build_run(cfg, folder, logger, replay_device))
     spec, device = runs[0].loop.spec, runs[0].loop.device
+    on_device = replay_device is not None
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d0.parameter_sharing else n_agents
     group = n_agents // n_pol  # learners per policy
@@ -181,7 +185,10 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         _restore_pack(runs, saved, q_net, target_net, optimizer)
     if batched_env is None:
         batched_env = env_record(cfgs[0].env.name).batched is not None
-    envs = PackEnvs(runs, batched_env)
+    envs = PackEnvs(runs, batched_env, obs_on_device=on_device)
+    if envs.obs_on_device:  # the fragments hold the env's observation tensors where they were computed
+        for run in runs:
+            run.frag = Fragment.empty(T, n_agents, obs_shape, device=device)
     for r, run in enumerate(runs):
         run.obs_NO = envs.first_reset(r)
         run.alive_N = np.ones(n_agents, dtype=bool)
@@ -219,7 +226,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         """|TD| of [R*P, B] transitions with the current nets; one online pass covers o and o'."""
         n = obs.shape[1]
-        q_both = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
+        q_both = q_values(q_net, _cat([obs, next_obs], axis=1))
         return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
 
     def eval_columns(run: _Run) -> dict[str, Any]:
@@ -278,7 +285,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             guarded(r, "checkpoint", run.loop.save, trainer_state(r))
 
     # ---- loop: one iteration = one rollout fragment of every run
-    obs_RNO = np.zeros((R, n_agents, *obs_shape), dtype=np.float32)
+    obs_RNO = _zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None)
     while any(run.active and not run.loop.done for run in runs):
         live = [r for r, run in enumerate(runs) if run.active and not run.loop.done]
         for r in live:
@@ -307,12 +314,13 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         live = [r for r in live if runs[r].active]
         needs_td = [r for r in live if (runs[r].relay is not None and runs[r].relay.active)
                     or (runs[r].insertion.rule == "legacy" and runs[r].insertion.sender_side)]
-        td_RNT: np.ndarray | None = None
+        td_RNT: np.ndarray | torch.Tensor | None = None
         if needs_td:
             parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
                      for r in range(R)]
-            stacked = [np.concatenate([p[i] for p in parts]) for i in range(5)]
-            td_RNT = td_errors(*stacked).reshape(R, n_agents, -1).cpu().numpy()
+            stacked = [_cat([p[i] for p in parts]) for i in range(5)]
+            td_t = td_errors(*stacked).reshape(R, n_agents, -1)
+            td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
         # store, relay: each run into its own buffers
         for r in live:
@@ -340,7 +348,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 loss_P.sum().backward()
                 clip_grad_norm_per_policy(q_net, d0.grad_clip)
                 optimizer.step()
-                td_abs_RPB = td.detach().abs().reshape(R, n_pol, -1).cpu().numpy()
+                td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
+                td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
                 loss_RP = loss_P.detach().reshape(R, n_pol)
                 for r in learners:
                     run = runs[r]
@@ -376,8 +385,25 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 # per-run pieces
 
 
-def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) -> _Run:
-    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does."""
+def replay_device_of(cfg: ExperimentConfig) -> torch.device | None:
+    """The device a pack keeps its replay on (``run.replay_device``), or None for numpy buffers on the host.
+
+    ``auto``: the networks' device when it is not the CPU; ``device``: the networks' device (also the CPU,
+    where it is the tested equivalent of the GPU path); ``numpy``: None.
+    """
+    mode = cfg.run.replay_device
+    if mode == "numpy":
+        return None
+    device = resolve_device(cfg.run.device)
+    return device if mode == "device" or device.type != "cpu" else None
+
+
+def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
+               replay_device: torch.device | None = None) -> _Run:
+    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does.
+
+    ``replay_device``: keep the buffers (``TorchPER``), the relay windows and the fragment's observations there.
+    """
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
     loop = RunLoop(cfg, folder, logger, None)  # seeds python, numpy and torch from the run seed
     seed, spec = run_cfg.seed, loop.spec
@@ -386,14 +412,18 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None) 
     n_pol = 1 if d.parameter_sharing else n_agents
     init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
     per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
-    buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
-              if run_cfg.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape,
-                                                                       spec.obs_dtype, **per_kwargs))
+    buffer: MultiAgentPER | TorchPER
+    if replay_device is not None:
+        buffer = TorchPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, device=replay_device, **per_kwargs)
+    elif run_cfg.replay_layout == "compact":
+        buffer = CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
+    else:
+        buffer = MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, **per_kwargs)
     relay = None
     sender_side = env_record(spec.name).sender_side_priorities
     if rc.enabled:
         relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side)
+                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side, device=replay_device)
     insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, d.per_eps, sender_side)
     return _Run(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
                 frag=Fragment.empty(d.rollout_fragment_length, n_agents, obs_shape), init_state=init.state_dict(),
@@ -473,14 +503,20 @@ class PackEnvs:
     Args:
         runs: the pack's runs.
         batched: one ``make_batched_env`` of R games instead of each run's ``loop.envs[0]``.
+        obs_on_device: with ``batched``, hand out the batched env's observation tensors as they are (on the
+            networks' device: a GPU pack never copies them to the host); else numpy copies.
     """
 
-    def __init__(self, runs: list[_Run], batched: bool) -> None:
+    def __init__(self, runs: list[_Run], batched: bool, obs_on_device: bool = False) -> None:
         self.runs = runs
         self.batched = None
         if batched:
             cfg = runs[0].cfg
             self.batched = make_batched_env(cfg.env, len(runs), device=str(runs[0].loop.device))
+        self.obs_on_device = bool(batched and obs_on_device)
+
+    def _obs(self, obs: torch.Tensor) -> Any:
+        return obs if self.obs_on_device else obs.cpu().numpy()
 
     @staticmethod
     def episode_seed(run: _Run) -> int:
@@ -493,7 +529,7 @@ class PackEnvs:
         run = self.runs[r]
         if self.batched is None:
             return run.loop.envs[0].reset()
-        return self.batched.reset([self.episode_seed(run)], games=[r])[r].cpu().numpy()
+        return self._obs(self.batched.reset([self.episode_seed(run)], games=[r])[r])
 
     def first_reset(self, r: int) -> np.ndarray:
         """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
@@ -514,7 +550,7 @@ class PackEnvs:
             return out
         t0 = time.perf_counter()
         b = self.batched.step(actions_RN)
-        obs, rew = b.obs_ENO.cpu().numpy(), b.reward_EN.cpu().numpy()
+        obs, rew = self._obs(b.obs_ENO), b.reward_EN.cpu().numpy()
         term, cut, alive = b.terminated_EN.cpu().numpy(), b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy()
         over = b.episode_over_E.cpu().numpy()
         dt = (time.perf_counter() - t0) / max(len(live), 1)
@@ -541,10 +577,29 @@ def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray
             run.relay_received += plan.received_N
 
 
-def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[np.ndarray]:
-    return [np.zeros_like(x) for x in frag.grouped(n_pol)]
+def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[Any]:
+    return [_zeros_like(x) for x in frag.grouped(n_pol)]
 
 
-def _stack(parts: list[np.ndarray | None], like: np.ndarray) -> np.ndarray:
-    """Concatenate per-run [P, B, ...] arrays along P; a stopped run's slot is zeros (zero loss weight)."""
-    return np.concatenate([np.zeros_like(like) if p is None else p for p in parts])
+def _zeros_like(x: Any) -> Any:
+    return torch.zeros_like(x) if is_tensor(x) else np.zeros_like(x)
+
+
+def _cat(parts: Sequence[Any], axis: int = 0) -> Any:
+    """Concatenate numpy arrays, or tensors (device replay; host arrays among them are moved to their device)."""
+    tensors = [p for p in parts if is_tensor(p)]
+    if not tensors:
+        return np.concatenate(parts, axis=axis)
+    dev = tensors[0].device
+    return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
+
+
+def _zeros(shape: tuple[int, ...], device: torch.device | None) -> Any:
+    """float32 zeros: a numpy array, or a tensor on ``device``."""
+    return np.zeros(shape, dtype=np.float32) if device is None else torch.zeros(shape, device=device)
+
+
+def _stack(parts: list[Any], like: Any) -> Any:
+    """Concatenate per-run [P, B, ...] arrays (or tensors) along P; a stopped run's slot is zeros (zero loss weight)."""
+    zeros = _zeros_like(like)
+    return _cat([zeros if p is None else p for p in parts])

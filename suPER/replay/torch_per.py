@@ -99,7 +99,7 @@ class TorchPER:
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
-        self.rng = rng if rng is not None else np.random.default_rng()
+        self.rng: Any = rng if rng is not None else np.random.default_rng()
         self.track_inserted_max = bool(track_inserted_max)
         self.device = torch.device(device)
 
