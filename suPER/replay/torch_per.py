@@ -197,6 +197,7 @@ class TorchPER:
             fields = [x[keep_t] for x in fields]
             prio = None if prio is None else prio[keep_t]
             pol_w, slot_w = pol[keep], slots[keep]
+            slots = np.where(keep, slots, -1)
         pol_t = torch.as_tensor(pol_w, device=dev)
         slot_t = torch.as_tensor(slot_w, device=dev)
         if prio is None:
