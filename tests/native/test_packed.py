@@ -170,3 +170,83 @@ def test_pack_equals_each_run_alone_on_cuda(tmp_path: Path) -> None:
         for rp, ra in zip(p["rows"], a["rows"], strict=True):
             if rp["loss"] != "nan":
                 assert abs(float(rp["loss"]) - float(ra["loss"])) <= 1e-6
+
+
+class Interrupt(Exception):
+    """Raised by a progress callback: the pack stops like a killed process (its folders keep latest.pt)."""
+
+
+def stop_after(steps: int) -> Any:
+    def progress(env_steps: int, _: dict[str, Any]) -> None:
+        if env_steps >= steps:
+            raise Interrupt
+
+    return progress
+
+
+def device_replay_cfgs(tmp: Path, sub: str, replay: str, updates: int = 8, n_runs: int = 2,
+                       **extra: Any) -> list[C.ExperimentConfig]:
+    """Seeds 1..n_runs, the first with SUPER quantile, with ``run.replay_device=replay`` (numpy: the plain layout)."""
+    return [tiny_cfg(1 + i, i == 0, updates, tmp / sub, **{"run.replay_device": replay, "run.replay_layout": "plain",
+                                                          **extra}) for i in range(n_runs)]
+
+
+def assert_same_rows(a: list[dict[str, str]], b: list[dict[str, str]]) -> None:
+    """metrics.csv rows equal but for timings; losses to 1e-6 (the trees' ``p ** alpha`` may round apart)."""
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        for k in ra:
+            if k == "loss" and ra[k] != "nan":
+                assert abs(float(ra[k]) - float(rb[k])) <= 1e-6
+            elif "per_sec" not in k and not k.startswith("perf") and "time" not in k:
+                assert ra[k] == rb[k], k
+
+
+def check_device_replay_equals_numpy_replay(tmp_path: Path, updates: int, n_runs: int, device: str = "cpu") -> None:
+    """``run.replay_device=device`` on the CPU (TorchPER, device relay windows, the batched env's observations
+    kept as tensors): each run logs the numpy-replay pack's rows and ends with the same replay rows."""
+    cfgs = {m: device_replay_cfgs(tmp_path, m, m, updates, n_runs, **{"run.device": device}) for m in ("numpy", "device")}
+    for m, c in cfgs.items():
+        assert all(not isinstance(s, BaseException) for s in pack_of(c, "pack", batched_env=True)), m
+    for a, b in zip(cfgs["numpy"], cfgs["device"]):
+        ra, rb = record(a, "pack"), record(b, "pack")
+        assert_same_rows(ra["rows"], rb["rows"])
+        for k in ("obs", "next_obs", "actions", "rewards", "dones", "size", "ptr"):
+            assert torch.equal(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k]), k
+        assert_same(ra["trainer"]["rng"], rb["trainer"]["rng"])
+    assert int(record(cfgs["device"][0], "pack")["trainer"]["relay_received"].sum()) > 0
+
+
+def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
+    """The cheap default variant (one SUPER run, 4 updates) of the slow check below."""
+    check_device_replay_equals_numpy_replay(tmp_path, updates=4, n_runs=1)
+
+
+@pytest.mark.slow
+def test_device_replay_pack_of_two_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
+    check_device_replay_equals_numpy_replay(tmp_path, updates=30, n_runs=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_replay_pack_on_cuda_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
+    """On CUDA: TorchPER, relay windows and the vectorized env's observations on the GPU, the same rows."""
+    check_device_replay_equals_numpy_replay(tmp_path, updates=30, n_runs=2, device="cuda")
+
+
+@pytest.mark.slow
+def test_a_pack_resumes_across_replay_devices(tmp_path: Path) -> None:
+    """Interrupted after its evaluation at step 56, a device-replay pack resumes with numpy replay and a numpy
+    pack with device replay: the two end with the same rows (each checkpoint loads into the other buffer)."""
+    out = {}
+    for first, then in (("device", "numpy"), ("numpy", "device")):
+        cfgs = device_replay_cfgs(tmp_path, first, first, **{"run.eval_interval": 28})
+        with pytest.raises(Interrupt):
+            train_pack(cfgs, [RunFolder(Path(c.run.out) / "pack" / c.run_name) for c in cfgs], batched_env=True,
+                       progress=stop_after(60))
+        again = device_replay_cfgs(tmp_path, first, then, **{"run.eval_interval": 28})
+        assert all(not isinstance(s, BaseException) for s in pack_of(again, "pack", batched_env=True))
+        out[first] = [record(c, "pack")["rows"] for c in again]
+    for a, b in zip(out["device"], out["numpy"]):
+        assert [r["env_steps"] for r in a] == ["0", "28", "56", "72"]
+        assert_same_rows(a, b)
