@@ -157,9 +157,10 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
     replay_device = replay_device_of(cfgs[0])
+    shared = _SharedReplay(R) if replay_device is not None and _same_per(cfgs) else None
     runs: list[_Run] = []
-    for cfg, folder, logger in zip(cfgs, folders, loggers):
-        runs.append(_build_run(cfg, folder, logger, replay_device))
+    for r, (cfg, folder, logger) in enumerate(zip(cfgs, folders, loggers)):
+        runs.append(_build_run(cfg, folder, logger, replay_device, shared, r))
     spec, device = runs[0].loop.spec, runs[0].loop.device
     on_device = replay_device is not None
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
@@ -332,35 +333,48 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         learners = [r for r in live if runs[r].loop.env_steps > runs[r].learn_after]
         if learners and len(learners) != len(live):
             raise RuntimeError("packed runs went out of lockstep (some learn, some do not); report this as a bug")
-        if learners:
+        fields = ("obs", "actions", "rewards", "next_obs", "dones", "weights")
+        whole = shared.whole if shared is not None and len(learners) == R else None  # all runs in one sample
+        if whole is not None:
+            # each run's own stratified draws, in its own generator's order: the same rows as R samples
+            u_PB = np.concatenate([runs[r].buffer.rng.random((n_pol, batch_per_policy)) for r in range(R)])
+            batch = whole.sample(batch_per_policy, uniform_PB=u_PB)
+            obs, actions, rewards, next_obs, dones, weights = (getattr(batch, f) for f in fields)
+            batches: dict[int, Any] = {r: _RunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
+        elif learners:
             batches = {r: guarded(r, "replay sampling", runs[r].buffer.sample, batch_per_policy) for r in learners}
             learners = [r for r in learners if runs[r].active]
             if learners:
                 b0 = batches[learners[0]]
-                cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)],
-                               getattr(b0, f)) for f in ("obs", "actions", "rewards", "next_obs", "dones", "weights")]
-                obs, actions, rewards, next_obs, dones, weights = cols
-                q_sa = taken(q_values(q_net, obs), actions)
-                td = q_sa - td_target(rewards, next_obs, dones)
-                weights_t = torch.as_tensor(weights, device=device)
-                loss_P = dqn_loss.weighted_loss(td, weights_t)
-                optimizer.zero_grad(set_to_none=True)
-                loss_P.sum().backward()
-                clip_grad_norm_per_policy(q_net, d0.grad_clip)
-                optimizer.step()
-                td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
-                td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
-                loss_RP = loss_P.detach().reshape(R, n_pol)
-                for r in learners:
-                    run = runs[r]
-                    guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices, td_abs_RPB[r])
-                    run.losses.append(float(loss_RP[r].mean()))
-                    run.updates += 1
-                    # sync target: hard copy every target_update_freq env steps (first sync at the first update)
-                    if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
-                            or run.updates == 1):
-                        target_net.copy_run_from(q_net, r)
-                        run.last_target_sync = run.loop.env_steps
+                obs, actions, rewards, next_obs, dones, weights = (
+                    _stack([getattr(batches[r], f) if r in learners else None for r in range(R)], getattr(b0, f))
+                    for f in fields)
+        if learners:
+            q_sa = taken(q_values(q_net, obs), actions)
+            td = q_sa - td_target(rewards, next_obs, dones)
+            weights_t = torch.as_tensor(weights, device=device)
+            loss_P = dqn_loss.weighted_loss(td, weights_t)
+            optimizer.zero_grad(set_to_none=True)
+            loss_P.sum().backward()
+            clip_grad_norm_per_policy(q_net, d0.grad_clip)
+            optimizer.step()
+            td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
+            td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
+            loss_RP = loss_P.detach().reshape(R, n_pol)
+            if whole is not None and _update_all(whole, batch.indices, td_abs_t.reshape(R * n_pol, -1)):
+                batches = {}  # every run's priorities are set
+            for r in learners:
+                run = runs[r]
+                if r in batches:
+                    guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices,
+                            td_abs_RPB[r])
+                run.losses.append(float(loss_RP[r].mean()))
+                run.updates += 1
+                # sync target: hard copy every target_update_freq env steps (first sync at the first update)
+                if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
+                        or run.updates == 1):
+                    target_net.copy_run_from(q_net, r)
+                    run.last_target_sync = run.loop.env_steps
 
         # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
         for r in live:
@@ -398,11 +412,54 @@ def replay_device_of(cfg: ExperimentConfig) -> torch.device | None:
     return device if mode == "device" or device.type != "cpu" else None
 
 
+class _SharedReplay:
+    """The device buffers of a pack's runs as views of one ``TorchPER`` of R x P policies (``TorchPER.view``).
+
+    Each run keeps its own buffer (rows, generator, checkpoint); the learn phase samples and updates all of
+    them with one call on ``whole`` (the runs' draws concatenated), R times fewer device operations. Used when
+    the runs' replay settings agree (``_same_per``), else each run gets its own ``TorchPER``.
+    """
+
+    def __init__(self, n_runs: int) -> None:
+        self.n_runs = n_runs
+        self.whole: TorchPER | None = None
+
+    def part(self, r: int, n_pol: int, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any,
+             device: torch.device, rng: np.random.Generator, **per: Any) -> TorchPER:
+        """Run r's buffer (the first call allocates the whole)."""
+        if self.whole is None:
+            self.whole = TorchPER(self.n_runs * n_pol, capacity, obs_shape, obs_dtype, device=device, **per)
+        return self.whole.view(r, self.n_runs, rng)
+
+
+def _same_per(cfgs: Sequence[ExperimentConfig]) -> bool:
+    """Whether the runs' buffers can be one: the same capacity and PER exponents / epsilon."""
+    return len({(c.dqn.buffer_size, c.dqn.per_alpha, c.dqn.per_beta, c.dqn.per_eps) for c in cfgs}) == 1
+
+
+@dataclass
+class _RunIndices:
+    """A run's rows of the pack's one sample (what the per-run priority update reads)."""
+
+    indices: torch.Tensor
+
+
+def _update_all(whole: TorchPER, indices_PB: torch.Tensor, td_abs_PB: torch.Tensor) -> bool:
+    """Every run's priority update as one; False (nothing written) when some run's TD errors are not finite, so
+    the caller updates run by run and only that run stops."""
+    try:
+        whole.update_priorities(indices_PB, td_abs_PB)
+    except ValueError:
+        return False
+    return True
+
+
 def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
-               replay_device: torch.device | None = None) -> _Run:
+               replay_device: torch.device | None = None, shared: _SharedReplay | None = None, r: int = 0) -> _Run:
     """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does.
 
-    ``replay_device``: keep the buffers (``TorchPER``), the relay windows and the fragment's observations there.
+    ``replay_device``: keep the buffers (``TorchPER``; run ``r``'s part of ``shared`` when given), the relay
+    windows and the fragment's observations there.
     """
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
     loop = RunLoop(cfg, folder, logger, None)  # seeds python, numpy and torch from the run seed
@@ -413,7 +470,9 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
     init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
     per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer: MultiAgentPER | TorchPER
-    if replay_device is not None:
+    if shared is not None and replay_device is not None:
+        buffer = shared.part(r, n_pol, d.buffer_size, obs_shape, spec.obs_dtype, replay_device, **per_kwargs)
+    elif replay_device is not None:
         buffer = TorchPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, device=replay_device, **per_kwargs)
     elif run_cfg.replay_layout == "compact":
         buffer = CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)

@@ -119,6 +119,15 @@ class TorchPER:
         self._ptr = np.zeros(P, dtype=np.int64)  # host: the slot bookkeeping of add
         self._size = np.zeros(P, dtype=np.int64)
         self._size_t = torch.zeros(P, dtype=torch.int64, device=dev)  # device copy, for index checks
+        self._bind()
+
+    _ROW_STATE = ("_obs", "_next_obs", "_actions", "_rewards", "_dones", "_sum_tree", "_min_tree", "_max_priority",
+                  "_ptr", "_size", "_size_t")
+    """Per-policy state (leading axis P): what :meth:`split` slices."""
+
+    def _bind(self) -> None:
+        """Derived views and index bases of the per-policy state (node n of policy p is flat[p * 2C + n])."""
+        P, N, dev = self.n_policies, self.capacity, self.device
         self._sum_flat, self._min_flat = self._sum_tree.view(-1), self._min_tree.view(-1)
         self._sum_pairs, self._min_pairs = self._sum_tree.view(-1, 2), self._min_tree.view(-1, 2)
         self._tree_base = torch.arange(P, dtype=torch.int64, device=dev) * self._width
@@ -128,6 +137,41 @@ class TorchPER:
         self._next_obs_rows = self._next_obs.view(P * N, *self.obs_shape)
         self._actions_rows, self._rewards_rows, self._dones_rows = (
             self._actions.view(-1), self._rewards.view(-1), self._dones.view(-1))
+
+    def view(self, index: int, parts: int, rng: Any) -> TorchPER:
+        """Part ``index`` of ``parts`` equal parts of the policies, as a buffer whose tensors are row slices of
+        this one's (a pack's run: see :meth:`split`).
+
+        Args:
+            index: which part, in ``[0, parts)``.
+            parts: number of parts; must divide ``n_policies``.
+            rng: the part's own generator.
+        """
+        if parts < 1 or self.n_policies % parts or not 0 <= index < parts:
+            raise ValueError(f"cannot take part {index} of {self.n_policies} policies in {parts} parts")
+        k = self.n_policies // parts
+        part = object.__new__(TorchPER)
+        part.__dict__.update(self.__dict__)
+        part.n_policies, part.rng = k, rng
+        for name in self._ROW_STATE:
+            setattr(part, name, getattr(self, name)[index * k:(index + 1) * k])  # views: writes land here
+        part._bind()
+        return part
+
+    def split(self, parts: int, rngs: list[Any]) -> list[TorchPER]:
+        """``parts`` buffers of ``P / parts`` policies each that are views of this one's rows (a pack's runs).
+
+        Each part is a full :class:`TorchPER` (its own generator, add / sample / update / checkpoint in an
+        unpacked run's layout) whose tensors are row slices of this buffer's, so a pack can also sample and
+        update all runs at once through this buffer: with the parts' uniforms concatenated, one
+        :meth:`sample` here returns every part's own :meth:`sample` (sampling is per policy), in
+        ``O(log C)`` tensor operations instead of ``parts`` times as many.
+
+        Args:
+            parts: number of views; must divide ``n_policies``.
+            rngs: one generator per view.
+        """
+        return [self.view(i, parts, rng) for i, rng in enumerate(rngs)]
 
     # ------------------------------------------------------------------ properties
 

@@ -165,3 +165,27 @@ def test_input_validation_and_superseded_rows() -> None:
         dev.update_priorities(torch.tensor([[0], [1]]), torch.ones(2, 1))
     with pytest.raises(ValueError, match="finite"):
         dev.update_priorities(torch.tensor([[0], [0]]), torch.tensor([[np.nan], [1.0]]))
+
+
+def test_split_views_sample_and_update_as_one_buffer() -> None:
+    """A pack's runs as views of one buffer: each view is an independent buffer (its own rows, generator and
+    checkpoint), and one sample / update of the whole buffer with the views' draws concatenated is theirs."""
+    whole = TorchPER(2 * P, CAPACITY, OBS_SHAPE, np.uint8)
+    parts = whole.split(2, [np.random.default_rng(1), np.random.default_rng(2)])
+    alone = [TorchPER(P, CAPACITY, OBS_SHAPE, np.uint8, rng=np.random.default_rng(s)) for s in (1, 2)]
+    for seed, (part, ref) in enumerate(zip(parts, alone)):
+        filled(part, seed=10 + seed, priority=True)
+        filled(ref, seed=10 + seed, priority=True)
+    assert whole.sizes.tolist() == [*parts[0].sizes, *parts[1].sizes]
+    u = [np.random.default_rng(7 + i).random((P, B)) for i in range(2)]
+    batch = whole.sample(B, uniform_PB=np.concatenate(u))
+    for i, ref in enumerate(alone):
+        one = ref.sample(B, uniform_PB=u[i])
+        for f in ("obs", "actions", "rewards", "indices", "weights"):
+            assert torch.equal(getattr(batch, f)[i * P:(i + 1) * P], getattr(one, f)), f
+    td = torch.rand((2 * P, B), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    whole.update_priorities(batch.indices, td)
+    for i, ref in enumerate(alone):
+        ref.update_priorities(batch.indices[i * P:(i + 1) * P], td[i * P:(i + 1) * P])
+        assert_same_state(ref.state_dict(), parts[i].state_dict())
+    assert_same_batch(alone[1].sample(B), parts[1].sample(B))
