@@ -46,6 +46,15 @@ def like(x: Any, values: Any) -> Any:
     return np.asarray(values)
 
 
+def zeros(shape: tuple[int, ...], device: Any = None) -> Any:
+    """float64 zeros: a numpy array (``device`` None) or a tensor on ``device``."""
+    if device is None:
+        return np.zeros(shape, dtype=np.float64)
+    import torch
+
+    return torch.zeros(shape, dtype=torch.float64, device=device)
+
+
 def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:
     """Float64 ``Uniform[0, 1)`` draws of ``shape``, as the kind of ``like_x``.
 

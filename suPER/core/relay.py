@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suPER import seeds
-from suPER.arrays import is_tensor, like, to_numpy
+from suPER.arrays import is_tensor, like, to_numpy, zeros
 from suPER.core.selection import SELECTION_RULES, mode_names
 
 if TYPE_CHECKING:
@@ -90,11 +90,7 @@ class TDWindow:
 
     def __init__(self, n_agents: int, window: int, device: Any = None) -> None:
         self.window = window
-        self.values_NW: Any = np.zeros((n_agents, window), dtype=np.float64)
-        if device is not None:  # a packed run's device: the window stays next to its TD errors
-            import torch
-
-            self.values_NW = torch.zeros((n_agents, window), dtype=torch.float64, device=device)
+        self.values_NW: Any = zeros((n_agents, window), device)  # a packed run's device: next to its TD errors
         self.count_N = np.zeros(n_agents, dtype=np.int64)
         """total values ever pushed per agent (the ring position is count % window); on the host"""
 

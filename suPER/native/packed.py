@@ -335,21 +335,24 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             raise RuntimeError("packed runs went out of lockstep (some learn, some do not); report this as a bug")
         fields = ("obs", "actions", "rewards", "next_obs", "dones", "weights")
         whole = shared.whole if shared is not None and len(learners) == R else None  # all runs in one sample
+        batches: dict[int, Any] = {}
+        cols: list[Any] = []
+        indices_all: Any = None
         if whole is not None:
             # each run's own stratified draws, in its own generator's order: the same rows as R samples
             u_PB = np.concatenate([runs[r].buffer.rng.random((n_pol, batch_per_policy)) for r in range(R)])
             batch = whole.sample(batch_per_policy, uniform_PB=u_PB)
-            obs, actions, rewards, next_obs, dones, weights = (getattr(batch, f) for f in fields)
-            batches: dict[int, Any] = {r: _RunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
+            cols, indices_all = [getattr(batch, f) for f in fields], batch.indices
+            batches = {r: _RunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
         elif learners:
             batches = {r: guarded(r, "replay sampling", runs[r].buffer.sample, batch_per_policy) for r in learners}
             learners = [r for r in learners if runs[r].active]
             if learners:
                 b0 = batches[learners[0]]
-                obs, actions, rewards, next_obs, dones, weights = (
-                    _stack([getattr(batches[r], f) if r in learners else None for r in range(R)], getattr(b0, f))
-                    for f in fields)
-        if learners:
+                cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)], getattr(b0, f))
+                        for f in fields]
+        if learners and cols:
+            obs, actions, rewards, next_obs, dones, weights = cols
             q_sa = taken(q_values(q_net, obs), actions)
             td = q_sa - td_target(rewards, next_obs, dones)
             weights_t = torch.as_tensor(weights, device=device)
@@ -361,7 +364,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
             td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
             loss_RP = loss_P.detach().reshape(R, n_pol)
-            if whole is not None and _update_all(whole, batch.indices, td_abs_t.reshape(R * n_pol, -1)):
+            if whole is not None and _update_all(whole, indices_all, td_abs_t.reshape(R * n_pol, -1)):
                 batches = {}  # every run's priorities are set
             for r in learners:
                 run = runs[r]
@@ -468,7 +471,7 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
     n_agents, obs_shape = spec.n_agents, spec.obs_shape
     n_pol = 1 if d.parameter_sharing else n_agents
     init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
+    per_kwargs: dict[str, Any] = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer: MultiAgentPER | TorchPER
     if shared is not None and replay_device is not None:
         buffer = shared.part(r, n_pol, d.buffer_size, obs_shape, spec.obs_dtype, replay_device, **per_kwargs)

@@ -161,6 +161,25 @@ def descend(sum_pairs: Any, pair_base: Any, u: Any, depth: int, guard: bool) -> 
     return q - pair_base
 
 
+def check_settings(n_policies: int, capacity: int, alpha: float, beta: float, eps: float) -> None:
+    """Raise ValueError unless ``n_policies, capacity >= 1`` and ``alpha, beta, eps >= 0`` (every PER layout)."""
+    if n_policies < 1:
+        raise ValueError(f"n_policies must be >= 1, got {n_policies}")
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    if alpha < 0 or beta < 0 or eps < 0:
+        raise ValueError(f"alpha, beta, eps must be >= 0, got {alpha}, {beta}, {eps}")
+
+
+def check_can_sample(batch_size: int, size_P: np.ndarray) -> None:
+    """Raise ValueError if ``batch_size < 1`` or some policy holds no rows (the message lists them)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    empty = np.flatnonzero(size_P == 0)
+    if empty.size:
+        raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+
+
 def ring_slots(pol_K: np.ndarray, ptr_P: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Where ``add`` writes ``K`` rows: row ``k``, the ``r``-th row of policy ``p`` in the call, goes to slot
     ``(ptr[p] + r) % capacity`` (host bookkeeping shared by the numpy and the torch buffers).
@@ -258,12 +277,7 @@ class MultiAgentPER:
         rng: np.random.Generator | None = None,
         track_inserted_max: bool = True,
     ) -> None:
-        if n_policies < 1:
-            raise ValueError(f"n_policies must be >= 1, got {n_policies}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if alpha < 0 or beta < 0 or eps < 0:
-            raise ValueError(f"alpha, beta, eps must be >= 0, got {alpha}, {beta}, {eps}")
+        check_settings(n_policies, capacity, alpha, beta, eps)
         self.n_policies = int(n_policies)
         self.capacity = int(capacity)
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -533,11 +547,7 @@ class MultiAgentPER:
         Raises:
             ValueError: if ``batch_size < 1`` or some policy holds no rows (the message lists them).
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        empty = np.flatnonzero(self._size == 0)
-        if empty.size:
-            raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+        check_can_sample(batch_size, self._size)
         beta = self.beta if beta is None else float(beta)
         P, B = self.n_policies, int(batch_size)
 

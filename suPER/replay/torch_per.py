@@ -38,10 +38,12 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from suPER.arrays import like
+from suPER.arrays import like, uniform
 from suPER.replay.per import (
     _STATE_SCALARS,
+    check_can_sample,
     check_plain_obs_state,
+    check_settings,
     check_state,
     descend,
     ring_slots,
@@ -89,12 +91,7 @@ class TorchPER:
                  alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
                  rng: np.random.Generator | torch.Generator | None = None, track_inserted_max: bool = True,
                  device: str | torch.device = "cpu") -> None:
-        if n_policies < 1:
-            raise ValueError(f"n_policies must be >= 1, got {n_policies}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if alpha < 0 or beta < 0 or eps < 0:
-            raise ValueError(f"alpha, beta, eps must be >= 0, got {alpha}, {beta}, {eps}")
+        check_settings(n_policies, capacity, alpha, beta, eps)
         self.n_policies, self.capacity = int(n_policies), int(capacity)
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = np.dtype(obs_dtype)
@@ -279,18 +276,11 @@ class TorchPER:
         Raises:
             ValueError: if ``batch_size < 1`` or some policy holds no rows.
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        empty = np.flatnonzero(self._size == 0)
-        if empty.size:
-            raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+        check_can_sample(batch_size, self._size)
         beta = self.beta if beta is None else float(beta)
         P, B, dev = self.n_policies, int(batch_size), self.device
         if uniform_PB is None:
-            if isinstance(self.rng, np.random.Generator):
-                uniform_PB = self.rng.random((P, B))
-            else:
-                uniform_PB = torch.rand((P, B), generator=self.rng, dtype=torch.float64, device=dev)
+            uniform_PB = uniform(self.rng, (P, B), self._sum_tree)
         U = torch.as_tensor(uniform_PB, dtype=torch.float64, device=dev)
         total = self._sum_tree[:, 1]  # [P]
         u = (torch.arange(B, dtype=torch.float64, device=dev) + U) * (total[:, None] / B)  # [P, B]
