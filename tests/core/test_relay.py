@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from suPER.core.relay import Relay, TDWindow, insertion_priorities, team_mask, threshold
+from suPER.core.selection import SELECTION_RULES
 
 td_arrays = st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=40).map(np.array)
 bandwidths = st.floats(0.01, 0.99)
@@ -224,9 +225,9 @@ RELAY_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark
 
 
 @pytest.mark.parametrize("device", RELAY_DEVICES)
-@pytest.mark.parametrize("mode", ["quantile", "gaussian", "stochastic"])
+@pytest.mark.parametrize("mode", sorted(SELECTION_RULES))
 def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: str) -> None:
-    """The same rules on |TD| tensors with the windows kept as a tensor on ``device``: the same rows selected,
+    """Every registered rule (quantile, gaussian and stochastic among them) on |TD| tensors with the windows kept as a tensor on ``device``: the same rows selected,
     the same thresholds (to float64 rounding of the mean) and windows, over 8 fragments of a 20-value window
     (it wraps around every ~2 fragments); stochastic draws from the same numpy generator."""
     import torch
@@ -246,7 +247,8 @@ def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: st
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
         np.testing.assert_allclose(a.threshold_N, b.threshold_N, rtol=1e-12, equal_nan=True)
     assert isinstance(dev.windows.values_NW, torch.Tensor) and dev.windows.values_NW.device.type == device
-    assert host.windows.count_N.max() > 3 * 20 if mode != "stochastic" else host.windows.count_N.max() == 0
+    windowed = SELECTION_RULES[mode].uses_window
+    assert host.windows.count_N.max() > 3 * 20 if windowed else host.windows.count_N.max() == 0
     state = dev.state_dict()
     np.testing.assert_array_equal(state["windows"]["values_NW"], host.state_dict()["windows"]["values_NW"])
     again = Relay(ids, mode=mode, bandwidth=0.3, window=20, team="a")  # a device relay's checkpoint on the host

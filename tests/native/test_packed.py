@@ -120,8 +120,12 @@ def test_acting_and_init_equal_the_unpacked_trainer(tmp_path: Path) -> None:
     assert [r["team_return_mean"] for r in p["rows"]] == [r["team_return_mean"] for r in u["rows"]]
 
 
-def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfgs = [tiny_cfg(1, True, 4, tmp_path), tiny_cfg(2, False, 4, tmp_path)]
+@pytest.mark.parametrize("replay", ["numpy", pytest.param("device", marks=pytest.mark.slow)])
+def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay: str) -> None:
+    """The survivor trains as if alone; with device replay its buffer is a view of the pack's one buffer, which
+    the learn phase then samples run by run."""
+    extra = {"run.replay_device": replay}
+    cfgs = [tiny_cfg(1, True, 4, tmp_path, **extra), tiny_cfg(2, False, 4, tmp_path, **extra)]
     from suPER import loop as loop_mod
 
     made: list[Any] = []
