@@ -60,21 +60,23 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("rule", ["max", "sender"])
+@pytest.mark.parametrize("rule", ["max", "sender", "legacy"])
 def test_same_rows_weights_and_indices_as_the_numpy_buffer(device: str, rule: str) -> None:
     """Fragments stored and relayed (SUPER quantile, selected on the device), sampled and re-prioritised by both
     buffers from equally seeded generators: row for row the same, through ring wrap-around."""
     host = MultiAgentPER(P, CAPACITY, OBS_SHAPE, np.uint8, rng=np.random.default_rng(5))
     dev = TorchPER(P, CAPACITY, OBS_SHAPE, np.uint8, rng=np.random.default_rng(5), device=device)
-    insertion = InsertionPolicy(rule, 1e-6)
+    insertion = InsertionPolicy(rule, 1e-6, sender_side=True)  # legacy: own rows at the first row's |td| + eps
     relays = [Relay(["a", "b", "c"], "quantile", 0.3, window=10, insertion=insertion, device=d) for d in (None, device)]
     policy_of_agent = np.arange(P)
     rng = np.random.default_rng(0)
     for _ in range(12):  # 12 x ~14 own rows + relayed copies > capacity 40: every ring wraps
         frag = fragment(rng)
         td_NT = rng.exponential(size=(P, T))
-        store_fragment(host, frag, policy_of_agent, None, insertion)
-        store_fragment(dev, _on(frag, device), policy_of_agent, None, insertion)
+        legacy = rule == "legacy"
+        store_fragment(host, frag, policy_of_agent, td_NT if legacy else None, insertion)
+        store_fragment(dev, _on(frag, device), policy_of_agent,
+                       torch.as_tensor(td_NT, device=device) if legacy else None, insertion)
         plan_h = relay_fragment(host, frag, relays[0], td_NT)
         plan_d = relay_fragment(dev, _on(frag, device), relays[1], torch.as_tensor(td_NT, device=device))
         np.testing.assert_array_equal(plan_h.selected_NT, plan_d.selected_NT)
