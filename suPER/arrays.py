@@ -27,9 +27,13 @@ def namespace(x: Any) -> Any:
     return np
 
 
-def take_rows(a: Any, idx: Any) -> Any:
-    """``a[idx]`` along axis 0 (numpy's ``take``, its fastest gather; torch's indexing)."""
-    return a[idx] if is_tensor(a) else a.take(idx, axis=0)
+def row_taker(a: Any) -> Any:
+    """``idx -> a[idx]`` along axis 0 (numpy's ``take``, its fastest gather; torch's indexing), chosen once for a
+    loop."""
+    if is_tensor(a):
+        return a.__getitem__
+    take = a.take
+    return lambda idx: take(idx, 0)
 
 
 def to_numpy(x: Any) -> np.ndarray:

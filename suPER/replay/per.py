@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from suPER.arrays import namespace, take_rows
+from suPER.arrays import namespace, row_taker
 
 __all__ = ["Batch", "MultiAgentPER", "descend", "ring_slots", "set_leaves"]
 
@@ -110,19 +110,20 @@ def set_leaves(sum_flat: Any, min_flat: Any, sum_pairs: Any, min_pairs: Any, tre
         value_M: float64 ``[M]`` tree values ``priority ** alpha``.
         leaf0, depth: ``C`` and ``log2(C)``.
     """
-    xp = namespace(sum_flat)
+    minimum = namespace(sum_flat).minimum
+    take_sum, take_min = row_taker(sum_pairs), row_taker(min_pairs)
     node = slot_M + leaf0
     flat = tree_base_M + node
     sum_flat[flat] = value_M
     min_flat[flat] = value_M
     for _ in range(depth):
-        node = node >> 1
+        node >>= 1
         pair = pair_base_M + node  # children 2n, 2n+1
         flat = pair + pair_base_M  # = tree_base + node
-        s = take_rows(sum_pairs, pair)  # [M, 2]
+        s = take_sum(pair)  # [M, 2]
         sum_flat[flat] = s[:, 0] + s[:, 1]
-        m = take_rows(min_pairs, pair)
-        min_flat[flat] = xp.minimum(m[:, 0], m[:, 1])
+        m = take_min(pair)
+        min_flat[flat] = minimum(m[:, 0], m[:, 1])
 
 
 def descend(sum_pairs: Any, pair_base: Any, u: Any, depth: int, guard: bool) -> Any:
@@ -145,16 +146,18 @@ def descend(sum_pairs: Any, pair_base: Any, u: Any, depth: int, guard: bool) -> 
         int64 heap node index in ``[C, 2C)`` per draw (slot = node - C), shape of ``u``.
     """
     xp = namespace(u)
+    take = row_taker(sum_pairs)
+    subtract_where = _subtract_where_tensor if xp is not np else _subtract_where_numpy
     # q = p * C + n indexes the pair (sum[2n], sum[2n+1]) in sum_pairs.
     q = xp.zeros_like(u, dtype=xp.int64)
     q += pair_base + 1
     for _ in range(depth):
-        children = take_rows(sum_pairs, q)  # [..., 2]
+        children = take(q)  # [..., 2]
         left = children[..., 0]
         go_right = u >= left
         if guard:
             go_right &= children[..., 1] > 0
-        u -= xp.where(go_right, left, 0.0)
+        subtract_where(u, left, go_right)  # u -= left where going right
         q <<= 1  # q -> p * C + 2n + go_right
         q -= pair_base
         q += go_right
@@ -178,6 +181,14 @@ def check_can_sample(batch_size: int, size_P: np.ndarray) -> None:
     empty = np.flatnonzero(size_P == 0)
     if empty.size:
         raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+
+
+def _subtract_where_numpy(u: np.ndarray, x: np.ndarray, where: np.ndarray) -> None:
+    np.subtract(u, x, out=u, where=where)
+
+
+def _subtract_where_tensor(u: Any, x: Any, where: Any) -> None:
+    u -= x * where  # x is a finite subtree mass, so x * False = 0 exactly
 
 
 def ring_slots(pol_K: np.ndarray, ptr_P: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
