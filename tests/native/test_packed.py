@@ -221,9 +221,25 @@ def check_device_replay_equals_numpy_replay(tmp_path: Path, updates: int, n_runs
     assert int(record(cfgs["device"][0], "pack")["trainer"]["relay_received"].sum()) > 0
 
 
-def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
-    """The cheap default variant (one SUPER run, 4 updates) of the slow check below."""
+def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap default variant (one SUPER run, 4 updates) of the slow check below; the device pack's
+    observations never became numpy (the batched env's tensors went into tensor fragments and TorchPER)."""
+    from suPER.native import packed
+
+    seen: list[bool] = []
+    real_obs = packed.PackEnvs._obs
+
+    def obs(self: Any, o: torch.Tensor) -> Any:
+        out = real_obs(self, o)
+        seen.append(isinstance(out, torch.Tensor))
+        return out
+
+    monkeypatch.setattr(packed.PackEnvs, "_obs", obs)
     check_device_replay_equals_numpy_replay(tmp_path, updates=4, n_runs=1)
+    steps = 40 + 4 * 4 + 1  # each env step, plus the first reset (the episodes of 20 steps add resets)
+    n = len(seen) // 2
+    assert n >= steps and seen == [False] * n + [True] * n  # the numpy pack's as numpy, the device pack's not
 
 
 @pytest.mark.slow
