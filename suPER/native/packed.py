@@ -28,6 +28,13 @@ on CPU (``PackedQNet`` is slice-stable and ``packed_adam`` elementwise-exact). A
 ``dqn.train`` acting is bit-identical and training agrees to float rounding (its NCHW conv layout and
 fused Adam round differently; see docs/decisions.md).
 
+Replay on the device (``run.replay_device``, ``replay_device_of``): each run's buffers are ``TorchPER``
+tensors on the pack's device (views of one buffer when the runs' replay settings agree, so the learn phase
+samples and re-prioritises every run with one call, each run's draws from its own generator), its relay
+windows are tensors and the relay selects on the TD tensor, and on pursuit's batched env the fragments keep
+the env's observation tensors, so no observation goes through the host. The same rows as the numpy buffers,
+tested (``tests/native/test_packed.py``, ``tests/replay/test_torch_per.py``); checkpoints are the same layout.
+
 Failures: an exception in one run's own phases (its env, evaluation, buffers, checkpoint writes) stops
 that run only (its manifest says failed, it resumes from its last checkpoint); its slot in the pack
 keeps computing on stale inputs with zero loss weight, so the other runs are unaffected.
