@@ -350,6 +350,12 @@ class RunConfig:
     next_obs linked to the next row of the same agent when equal, MAgent cells as lossless palette codes
     (battle ~0.26 GB instead of 1.8 GB at full buffers); plain (``MultiAgentPER``): obs and next_obs arrays as
     before issue 15. Sampled batches are identical, and either layout resumes the other's checkpoints"""
+    replay_device: Literal["auto", "numpy", "device"] = "auto"
+    """where a packed run (``--pack``) keeps its replay, relay windows and fresh observations. device:
+    ``suPER.replay.TorchPER`` tensors on run.device (plain layout), relay selection on the device, and pursuit's
+    vectorized env's observations never copied to the host; numpy: ``run.replay_layout``'s numpy buffer on the
+    host; auto: device when run.device resolves to a GPU, numpy on the CPU. Unpacked runs always use numpy.
+    Given the same generator states both sample the same rows, and either resumes the other's checkpoints"""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -870,7 +876,7 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
-                     "checkpoint_replay", "replay_layout", "eval_batch")
+                     "checkpoint_replay", "replay_layout", "replay_device", "eval_batch")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
 
 

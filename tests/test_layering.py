@@ -24,6 +24,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "models": ("suPER.envs", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray"),
     "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
     "core/selection.py": ("suPER.", "wandb", "ray", "torch"),  # a pure leaf: config.py imports it
+    "arrays.py": ("suPER.", "wandb", "ray"),  # the numpy-or-torch shim of replay and selection (torch lazily)
     "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "wandb", "ray",
                       "torch"),
     "native": ("ray", "wandb", "suPER.cli"),
@@ -48,6 +49,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 
 ALLOWED: dict[str, tuple[str, ...]] = {
     "envs/vec_pursuit.py": ("torch",),  # issue 15: games as tensors on a device; imported lazily by make_batched_env
+    "replay/torch_per.py": ("torch",),  # issue 16: a pack's replay on its device (imported by the packed trainer only)
+    "core/selection.py": ("suPER.arrays",),  # issue 16: one rule definition for numpy and torch (no torch import)
     "envs/factory.py": ("suPER.opponents",),  # make_env loads a network opponent at call time (issue 14)
     "config.py": ("suPER.core.selection",  # the selection-rule registry declares relay.* fields (issue 14)
                   "suPER.algorithms"),  # the algorithm records are registered next to their config sections

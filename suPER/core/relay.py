@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suPER import seeds
+from suPER.arrays import is_tensor, like, to_numpy, zeros
 from suPER.core.selection import SELECTION_RULES, mode_names
 
 if TYPE_CHECKING:
@@ -85,30 +86,31 @@ def team_mask(agent_ids: Sequence[str], team: str | Sequence[str] | None,
 
 
 class TDWindow:
-    """Per-sender ring buffers of the last ``window`` |TD| values, [N, window]."""
+    """Per-sender ring buffers of the last ``window`` |TD| values, [N, window] (numpy, or a tensor on ``device``)."""
 
-    def __init__(self, n_agents: int, window: int) -> None:
+    def __init__(self, n_agents: int, window: int, device: Any = None) -> None:
         self.window = window
-        self.values_NW = np.zeros((n_agents, window), dtype=np.float64)
+        self.values_NW: Any = zeros((n_agents, window), device)  # a packed run's device: next to its TD errors
         self.count_N = np.zeros(n_agents, dtype=np.int64)
-        """total values ever pushed per agent (the ring position is count % window)"""
+        """total values ever pushed per agent (the ring position is count % window); on the host"""
 
-    def push(self, agent: int, td_abs: np.ndarray) -> np.ndarray:
-        """Append ``td_abs`` to agent's window and return the current window contents (oldest order lost)."""
+    def push(self, agent: int, td_abs: Any) -> Any:
+        """Append ``td_abs`` (of the window's kind) to agent's window and return the current window contents
+        (oldest order lost)."""
         td_abs = td_abs[-self.window:]
         k = len(td_abs)
         pos = (self.count_N[agent] + np.arange(k)) % self.window
-        self.values_NW[agent, pos] = td_abs
+        self.values_NW[agent, like(self.values_NW, pos)] = td_abs
         self.count_N[agent] += k
         return self.values_NW[agent, : min(self.count_N[agent], self.window)]
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Arrays for a checkpoint."""
-        return {"values_NW": self.values_NW.copy(), "count_N": self.count_N.copy()}
+        """Host arrays for a checkpoint (the same whichever kind holds the window)."""
+        return {"values_NW": to_numpy(self.values_NW).copy(), "count_N": self.count_N.copy()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore from ``state_dict``."""
-        self.values_NW[...] = state["values_NW"]
+        self.values_NW[...] = like(self.values_NW, to_numpy(state["values_NW"]))
         self.count_N[...] = state["count_N"]
 
 
@@ -125,8 +127,8 @@ def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
         the gaussian modes (scipy's convention; nothing is relayed then, as in the original).
     """
     empty = np.zeros(0)
-    return SELECTION_RULES[mode].select(empty, np.asarray(window_values, dtype=np.float64), bandwidth,
-                                        np.random.default_rng(0), {})[1]
+    return float(SELECTION_RULES[mode].select(empty, np.asarray(window_values, dtype=np.float64), bandwidth,
+                                              np.random.default_rng(0), {})[1])
 
 
 @dataclass
@@ -172,8 +174,10 @@ class InsertionPolicy:
         return cls(rc.insertion_priority, float(per_eps), bool(sender_side))
 
     def priorities(self, td_abs_K: np.ndarray, receiver_K: np.ndarray) -> np.ndarray | None:
-        """``insertion_priorities`` with this policy's rule, eps and sender-side flag."""
-        return insertion_priorities(self.rule, td_abs_K, receiver_K, self.eps, self.sender_side)
+        """``insertion_priorities`` with this policy's rule, eps and sender-side flag (``td_abs_K``: array or tensor)."""
+        if self.rule == "max":
+            return None  # the |TD| are not needed (and a tensor's stay on its device)
+        return insertion_priorities(self.rule, to_numpy(td_abs_K), receiver_K, self.eps, self.sender_side)
 
 
 class Relay:
@@ -187,7 +191,7 @@ class Relay:
                  window: int = 1500, team: str | Sequence[str] | None = None,
                  exclude: Sequence[str] = (), rng: np.random.Generator | None = None,
                  params: Mapping[str, Any] | None = None, insertion: InsertionPolicy | None = None,
-                 labels: Mapping[str, str] | None = None) -> None:
+                 labels: Mapping[str, str] | None = None, device: Any = None) -> None:
         from suPER.config import check_relay_setting
 
         labels = {**PAPER_FLAGS, **(labels or {})}
@@ -202,14 +206,15 @@ class Relay:
             check_relay_setting(f"relay.{p.name}", self.params[p.name], labels.get(f"relay.{p.name}"))
         self.bandwidth = float(bandwidth)
         self.participants_N = team_mask(self.agent_ids, team, exclude)
-        self.windows = TDWindow(len(self.agent_ids), window)
+        self.windows = TDWindow(len(self.agent_ids), window, device)
         self.rng = rng if rng is not None else np.random.default_rng()
         self.insertion = insertion if insertion is not None else InsertionPolicy()
 
     @classmethod
     def from_config(cls, rc: RelayConfig, agent_ids: Sequence[str], *, seed: int | None, per_eps: float,
                     sender_side: bool = False, team: str | Sequence[str] | None = None,
-                    exclude: Sequence[str] = (), labels: Mapping[str, str] | None = None) -> Relay:
+                    exclude: Sequence[str] = (), labels: Mapping[str, str] | None = None,
+                    device: Any = None) -> Relay:
         """The relay of a run, the same on every backend.
 
         Args:
@@ -222,43 +227,50 @@ class Relay:
             team: overrides ``rc.team`` (RLlib accepts a list of module ids); None: ``rc.team`` ("" = all).
             exclude: ids that never take part (fixed opponents, non-trainable modules).
             labels: dotted key -> the flag as typed, for error messages.
+            device: a torch device: keep the windows there and select on TD tensors (packed runs with device
+                replay); None: numpy windows.
         """
         params = {p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params} if rc.mode in SELECTION_RULES else {}
         return cls(agent_ids, mode=rc.mode, bandwidth=float(rc.bandwidth), window=int(rc.window),
                    team=(team if team is not None else rc.team) or None, exclude=exclude,
                    rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET), params=params,
-                   insertion=InsertionPolicy.from_config(rc, per_eps, sender_side), labels=labels)
+                   insertion=InsertionPolicy.from_config(rc, per_eps, sender_side), labels=labels, device=device)
 
     @property
     def active(self) -> bool:
         """False when fewer than two agents take part (e.g. parameter sharing): nothing to relay."""
         return int(self.participants_N.sum()) >= 2
 
-    def select(self, td_abs_NT: np.ndarray, valid_NT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def select(self, td_abs_NT: Any, valid_NT: np.ndarray) -> tuple[Any, Any]:
         """Pick rows to relay per sender; updates the windows of participating senders.
 
         Args:
-            td_abs_NT: |TD| of each fresh row, float [N, T].
-            valid_NT: bool [N, T], the row exists (the agent was alive at that step).
+            td_abs_NT: |TD| of each fresh row, float [N, T]: a numpy array, or a tensor on the windows' device
+                (the same rules, ``suPER.core.selection``, on the device).
+            valid_NT: bool [N, T] host array, the row exists (the agent was alive at that step).
 
         Returns:
-            (selected_NT bool [N, T], threshold_N float [N]).
+            (selected_NT bool [N, T], threshold_N float [N]), of ``td_abs_NT``'s kind.
         """
         n_agents = td_abs_NT.shape[0]
-        selected = np.zeros(td_abs_NT.shape, dtype=bool)
-        thresholds = np.full(n_agents, np.nan)
+        tensor = is_tensor(td_abs_NT)
+        selected = like(td_abs_NT, np.zeros(td_abs_NT.shape, dtype=bool))
+        thresholds = like(td_abs_NT, np.full(n_agents, np.nan))
+        valid_NT = to_numpy(valid_NT)
         b, rule = self.bandwidth, self.rule
         for s in np.flatnonzero(self.participants_N):  # loop over senders (<= team size), not rows
             rows = np.flatnonzero(valid_NT[s])
             if rows.size == 0:
                 continue
-            td = td_abs_NT[s, rows].astype(np.float64)
+            rows_x = like(td_abs_NT, rows)
+            td = td_abs_NT[s, rows_x]
+            td = td.double() if tensor else td.astype(np.float64)
             hist = self.windows.push(int(s), td) if rule.uses_window else td
             if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
-                chosen = np.full(td.size, b >= 1.0)
+                chosen = like(td, np.full(rows.size, b >= 1.0))
             else:
                 chosen, thresholds[s] = rule.select(td, hist, b, self.rng, self.params)
-            selected[s, rows[chosen]] = True
+            selected[s, rows_x] = chosen
         return selected, thresholds
 
     def route(self, selected_NT: np.ndarray, present_N: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -286,6 +298,8 @@ class Relay:
             thresholds = np.full(n_agents, np.nan)
         else:
             selected, thresholds = self.select(td_abs_NT, valid_NT)
+            # routing sizes the receivers' writes: one [N, T] copy to the host when selected on a device
+            selected, thresholds = to_numpy(selected), to_numpy(thresholds)
         present = np.asarray(valid_NT.any(axis=1), dtype=bool)
         s_K, r_K, recv_K = self.route(selected, present)
         fresh = valid_NT.sum(axis=1)

@@ -11,8 +11,9 @@ its test (docs/extending.md has the checklist).
 edges (``b = 0`` relays nothing, ``b = 1`` everything, whatever the rule), the window push (only for
 rules with ``uses_window``), and routing.
 
-Pure numpy (scipy is imported lazily by the gaussian rules) so ``suPER.config`` can import it.
-Shapes: ``n`` fresh rows of one sender.
+Each rule is written once for numpy arrays and torch tensors (``suPER.arrays``: torch is imported only when
+a tensor comes in, scipy lazily by the gaussian rules) so ``suPER.config`` can import this module and a packed
+run on a GPU selects on the device with the same formula. Shapes: ``n`` fresh rows of one sender.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from suPER.arrays import is_tensor, namespace, uniform
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,14 @@ class RuleParam:
     """one line for the config docs and ``--help``"""
 
 
-SelectFn = Callable[[np.ndarray, np.ndarray, float, np.random.Generator, Mapping[str, Any]], tuple[np.ndarray, float]]
+SelectFn = Callable[[Any, Any, float, Any, Mapping[str, Any]], tuple[Any, Any]]
 """(td_abs [n] float64, window_values [w] float64, bandwidth in (0, 1), rng, params) -> (chosen bool [n], threshold).
 
-``window_values`` is the sender's |TD| window with the current fragment pushed (rules without
-``uses_window``: the fragment itself). ``threshold`` is the |TD| cut used (NaN when the rule has none);
-it is logged, not used for selection."""
+``td_abs`` and ``window_values`` are both numpy arrays or both torch tensors (one device); ``chosen`` is of
+the same kind. ``window_values`` is the sender's |TD| window with the current fragment pushed (rules without
+``uses_window``: the fragment itself). ``threshold`` is the |TD| cut used, a scalar or 0-d array/tensor
+(NaN when the rule has none); it is logged, not used for selection. ``rng`` is a ``numpy.random.Generator``
+or a ``torch.Generator`` (``suPER.arrays.uniform``)."""
 
 
 @dataclass(frozen=True)
@@ -103,62 +108,66 @@ def modes_help() -> str:
     return " | ".join(SELECTION_RULES)
 
 
-# ---- the rules
+# ---- the rules: one definition each, for numpy arrays (host) and torch tensors (a packed run's device)
+# (suPER.arrays.namespace picks the module; a tensor's threshold stays a 0-d tensor, so no device sync)
 
 
-def _quantile(td: np.ndarray, hist: np.ndarray, b: float, rng: np.random.Generator,
-              params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
-    c = float(np.quantile(hist, 1.0 - b))
+def _quantile(td: Any, hist: Any, b: float, rng: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    c = namespace(hist).quantile(hist, 1.0 - b)  # linear interpolation in both
     return td > c, c
 
 
-def _gaussian_threshold(hist: np.ndarray, b: float, variance_as_scale: bool) -> float:
-    """``mu + scale * z_{1-b}``; NaN when the spread is 0 (scipy's convention; nothing is relayed then)."""
+def _gaussian_threshold(hist: Any, b: float, variance_as_scale: bool) -> Any:
+    """``mu + scale * z_{1-b}``; NaN when the spread is 0 (scipy's convention; nothing is relayed then).
+
+    ``z_{1-b} = Phi^{-1}(1 - b)`` is scipy's ``norm.isf(b)`` (a host float of the config); ``z * scale + mu`` is
+    how ``norm.isf(b, loc=mu, scale=scale)`` evaluates it, so the numpy threshold is scipy's to the bit.
+    """
     from scipy.stats import norm  # lazy: keeps suPER.config's import light
 
-    mu = float(np.mean(hist))
-    var = float(np.var(hist))
-    scale = var if variance_as_scale else np.sqrt(var)
-    if scale <= 0:
-        return float("nan")
-    return float(norm.isf(b, loc=mu, scale=scale))
+    xp = namespace(hist)
+    mu = hist.mean()
+    var = ((hist - mu) ** 2).mean()  # np.var's formula (ddof 0), also for tensors
+    scale = var if variance_as_scale else xp.sqrt(var)
+    return xp.where(scale > 0, float(norm.isf(b)) * scale + mu, float("nan"))
 
 
-def _gaussian(td: np.ndarray, hist: np.ndarray, b: float, rng: np.random.Generator,
-              params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
+def _gaussian(td: Any, hist: Any, b: float, rng: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
     c = _gaussian_threshold(hist, b, variance_as_scale=False)
     return td > c, c  # NaN threshold (zero spread) -> nothing, as the original
 
 
-def _gaussian_variance(td: np.ndarray, hist: np.ndarray, b: float, rng: np.random.Generator,
-                       params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
+def _gaussian_variance(td: Any, hist: Any, b: float, rng: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
     c = _gaussian_threshold(hist, b, variance_as_scale=True)
     return td > c, c
 
 
-def stochastic_probabilities(td_abs: np.ndarray, bandwidth: float) -> np.ndarray:
-    """p_i = min(1, b * n * |td_i| / sum_j |td_j|); NaN (all-zero TD) or negative -> 0."""
+def stochastic_probabilities(td_abs: Any, bandwidth: float) -> Any:
+    """p_i = min(1, b * n * |td_i| / sum_j |td_j|); NaN (all-zero TD) or negative -> 0 (numpy or torch)."""
+    xp = namespace(td_abs)
     total = td_abs.sum()
-    if total <= 0 or not np.isfinite(total):
-        return np.zeros(td_abs.size)
-    p = bandwidth * td_abs.size * td_abs / total
-    return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
+    ok = (total > 0) & xp.isfinite(total)
+    p = bandwidth * td_abs.shape[0] * td_abs / xp.where(ok, total, 1.0)
+    return xp.where(ok, xp.clip(xp.nan_to_num(p, nan=0.0), 0.0, 1.0), 0.0)
 
 
-def _stochastic(td: np.ndarray, hist: np.ndarray, b: float, rng: np.random.Generator,
-                params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
-    return rng.random(td.size) < stochastic_probabilities(td, b), float("nan")
+def _stochastic(td: Any, hist: Any, b: float, rng: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    return uniform(rng, (td.shape[0],), td) < stochastic_probabilities(td, b), float("nan")
 
 
-def _topk(td: np.ndarray, hist: np.ndarray, b: float, rng: np.random.Generator,
-          params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
-    k = min(int(params["k"]), td.size)
-    chosen = np.zeros(td.size, dtype=bool)
+def _topk(td: Any, hist: Any, b: float, rng: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    n = td.shape[0]
+    k = min(int(params["k"]), n)
+    chosen = td < td  # all False, of td's kind
     if k == 0:
         return chosen, float("nan")
-    order = np.argsort(-td, kind="stable")  # ties: the earlier row wins
+    order = _argsort_stable(-td)  # ties: the earlier row wins
     chosen[order[:k]] = True
-    return chosen, float(td[order[k - 1]])
+    return chosen, td[order[k - 1]]
+
+
+def _argsort_stable(x: Any) -> Any:
+    return x.argsort(stable=True) if is_tensor(x) else np.argsort(x, kind="stable")
 
 
 register(SelectionRule("quantile", _quantile, "relay |td| above the (1-b) quantile of the sender's |TD| window"))

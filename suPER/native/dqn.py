@@ -43,6 +43,7 @@ from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.native.dqn_loss import priorities, q_of_actions, td_target, weighted_loss
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
+from suPER.replay.torch_per import TorchPER
 from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
 
@@ -271,18 +272,24 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
 class Fragment:
     """One rollout fragment's transitions, [T, N, ...]; ``valid_TN`` marks learners that acted."""
 
-    obs_TNO: np.ndarray
-    next_obs_TNO: np.ndarray
+    obs_TNO: Any
+    """float32 [T, N, *O]: a numpy array, or a tensor on a packed run's device (``empty(device=...)``)"""
+    next_obs_TNO: Any
     action_TN: np.ndarray
     reward_TN: np.ndarray
     done_TN: np.ndarray
     valid_TN: np.ndarray
 
     @classmethod
-    def empty(cls, steps: int, n_agents: int, obs_shape: tuple[int, ...]) -> Fragment:
-        """Preallocated zero arrays (reused every fragment)."""
-        obs = np.zeros((steps, n_agents, *obs_shape), dtype=np.float32)
-        return cls(obs, np.zeros_like(obs), np.zeros((steps, n_agents), dtype=np.int64),
+    def empty(cls, steps: int, n_agents: int, obs_shape: tuple[int, ...], device: Any = None) -> Fragment:
+        """Preallocated zero arrays (reused every fragment); with ``device``, the observations are float32 tensors
+        there (a packed run whose vectorized env and replay share the device), the rest stays numpy."""
+        obs: Any = np.zeros((steps, n_agents, *obs_shape), dtype=np.float32)
+        next_obs: Any = np.zeros_like(obs)
+        if device is not None:
+            obs = torch.zeros((steps, n_agents, *obs_shape), device=device)
+            next_obs = torch.zeros_like(obs)
+        return cls(obs, next_obs, np.zeros((steps, n_agents), dtype=np.int64),
                    np.zeros((steps, n_agents), dtype=np.float32), np.zeros((steps, n_agents), dtype=np.float32),
                    np.zeros((steps, n_agents), dtype=bool))
 
@@ -312,7 +319,7 @@ def load_init_team(path: str, q_net: BatchedQNet) -> dict[str, torch.Tensor]:
     return {k: v.to(next(q_net.parameters()).device) for k, v in net.state_dict().items()}
 
 
-def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.ndarray,
+def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_agent_N: np.ndarray,
                    legacy_td_NT: np.ndarray | None, insertion: InsertionPolicy) -> None:
     """Add every valid row of ``frag`` to its agent's policy buffer.
 
@@ -328,7 +335,7 @@ def store_fragment(buffer: MultiAgentPER, frag: Fragment, policy_of_agent_N: np.
     buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority, stream_K=n_K)
 
 
-def relay_fragment(buffer: MultiAgentPER, frag: Fragment, relay: Relay, td_NT: np.ndarray) -> RelayPlan:
+def relay_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, relay: Relay, td_NT: np.ndarray) -> RelayPlan:
     """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers (``relay.insertion`` priorities)."""
     plan = relay.plan(td_NT, frag.valid_TN.T)
     if plan.n_relayed:

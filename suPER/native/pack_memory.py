@@ -75,7 +75,10 @@ def run_memory_bytes(cfg: C.ExperimentConfig, spec: Any) -> int:
     n_pol = 1 if d.parameter_sharing else spec.n_agents
     net = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
     params = sum(p.numel() * p.element_size() for p in net.parameters())
-    replay = replay_bytes(n_pol, d.buffer_size, spec.obs_shape, spec.obs_dtype, cfg.run.replay_layout,
+    # a device replay (TorchPER) holds the plain layout; a pack sized for a GPU counts "auto" as on the device
+    on_device = cfg.run.replay_device == "device" or (cfg.run.replay_device == "auto" and cfg.run.device != "cpu")
+    replay = replay_bytes(n_pol, d.buffer_size, spec.obs_shape, spec.obs_dtype,
+                          "plain" if on_device else cfg.run.replay_layout,
                           n_streams=spec.n_agents, horizon=cfg.env.horizon)
     return int(replay + ADAM_COPIES * params)
 

@@ -29,6 +29,13 @@ on CPU (``PackedQNet`` is slice-stable and ``packed_adam`` elementwise-exact). A
 ``dqn.train`` acting is bit-identical and training agrees to float rounding (its NCHW conv layout and
 fused Adam round differently; see docs/decisions.md).
 
+Replay on the device (``run.replay_device``, ``replay_device_of``): each run's buffers are ``TorchPER``
+tensors on the pack's device (views of one buffer when the runs' replay settings agree, so the learn phase
+samples and re-prioritises every run with one call, each run's draws from its own generator), its relay
+windows are tensors and the relay selects on the TD tensor, and on pursuit's batched env the fragments keep
+the env's observation tensors, so no observation goes through the host. The same rows as the numpy buffers,
+tested (``tests/native/test_packed.py``, ``tests/replay/test_torch_per.py``); checkpoints are the same layout.
+
 Failures: an exception in one run's own phases (its env, evaluation, buffers, checkpoint writes) stops
 that run only (its manifest says failed, it resumes from its last checkpoint); its slot in the pack
 keeps computing on stale inputs with zero loss weight, so the other runs are unaffected.
@@ -46,23 +53,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from suPER.arrays import is_tensor
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
 from suPER.envs import StepResult, env_record, make_batched_env
-from suPER.loop import ProgressFn, RunLoop, to_numpy
+from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
 from suPER.native import dqn_loss
 from suPER.native.dqn import Fragment, relay_fragment, store_fragment
 from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
+from suPER.replay.torch_per import TorchPER
 from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
     "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing",
     "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
-    "run.num_timesteps", "run.device", "run.threads", "run.algo",
+    "run.num_timesteps", "run.device", "run.threads", "run.algo", "run.replay_device",
 )
 """Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
 the update schedule (all runs update at the same fragments). Anything else may differ per run: seed,
@@ -108,7 +117,7 @@ class _Run:
     cfg: ExperimentConfig
     loop: RunLoop
     rng: np.random.Generator
-    buffer: MultiAgentPER
+    buffer: MultiAgentPER | TorchPER
     relay: Relay | None
     insertion: InsertionPolicy
     frag: Fragment
@@ -160,10 +169,13 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     d0 = cfgs[0].dqn
 
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
+    replay_device = replay_device_of(cfgs[0])
+    shared = _SharedReplay(R) if replay_device is not None and _same_per(cfgs) else None
     runs: list[_Run] = []
-    for cfg, folder, logger, run_prog in zip(cfgs, folders, loggers, run_progress):
-        runs.append(_build_run(cfg, folder, logger, run_prog))
+    for r, (cfg, folder, logger, run_prog) in enumerate(zip(cfgs, folders, loggers, run_progress)):
+        runs.append(_build_run(cfg, folder, logger, run_prog, replay_device, shared, r))
     spec, device = runs[0].loop.spec, runs[0].loop.device
+    on_device = replay_device is not None
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d0.parameter_sharing else n_agents
     group = n_agents // n_pol  # learners per policy
@@ -187,7 +199,10 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         _restore_pack(runs, saved, q_net, target_net, optimizer)
     if batched_env is None:
         batched_env = env_record(cfgs[0].env.name).batched is not None
-    envs = PackEnvs(runs, batched_env)
+    envs = PackEnvs(runs, batched_env, obs_on_device=on_device)
+    if envs.obs_on_device:  # the fragments hold the env's observation tensors where they were computed
+        for run in runs:
+            run.frag = Fragment.empty(T, n_agents, obs_shape, device=device)
     for r, run in enumerate(runs):
         run.obs_NO = envs.first_reset(r)
         run.alive_N = np.ones(n_agents, dtype=bool)
@@ -225,7 +240,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         """|TD| of [R*P, B] transitions with the current nets; one online pass covers o and o'."""
         n = obs.shape[1]
-        q_both = q_values(q_net, np.concatenate([obs, next_obs], axis=1))
+        q_both = q_values(q_net, _cat([obs, next_obs], axis=1))
         return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
 
     def eval_columns(run: _Run) -> dict[str, Any]:
@@ -286,7 +301,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             guarded(r, "checkpoint", run.loop.save, trainer_state(r))
 
     # ---- loop: one iteration = one rollout fragment of every run
-    obs_RNO = np.zeros((R, n_agents, *obs_shape), dtype=np.float32)
+    obs_RNO = _zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None)
     while any(run.active and not run.loop.done for run in runs):
         live = [r for r, run in enumerate(runs) if run.active and not run.loop.done]
         for r in live:
@@ -315,12 +330,13 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         live = [r for r in live if runs[r].active]
         needs_td = [r for r in live if (runs[r].relay is not None and runs[r].relay.active)
                     or (runs[r].insertion.rule == "legacy" and runs[r].insertion.sender_side)]
-        td_RNT: np.ndarray | None = None
+        td_RNT: np.ndarray | torch.Tensor | None = None
         if needs_td:
             parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
                      for r in range(R)]
-            stacked = [np.concatenate([p[i] for p in parts]) for i in range(5)]
-            td_RNT = td_errors(*stacked).reshape(R, n_agents, -1).cpu().numpy()
+            stacked = [_cat([p[i] for p in parts]) for i in range(5)]
+            td_t = td_errors(*stacked).reshape(R, n_agents, -1)
+            td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
         # store, relay: each run into its own buffers
         for r in live:
@@ -332,34 +348,51 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         learners = [r for r in live if runs[r].loop.env_steps > runs[r].learn_after]
         if learners and len(learners) != len(live):
             raise RuntimeError("packed runs went out of lockstep (some learn, some do not); report this as a bug")
-        if learners:
+        fields = ("obs", "actions", "rewards", "next_obs", "dones", "weights")
+        whole = shared.whole if shared is not None and len(learners) == R else None  # all runs in one sample
+        batches: dict[int, Any] = {}
+        cols: list[Any] = []
+        indices_all: Any = None
+        if whole is not None:
+            # each run's own stratified draws, in its own generator's order: the same rows as R samples
+            u_PB = np.concatenate([runs[r].buffer.rng.random((n_pol, batch_per_policy)) for r in range(R)])
+            batch = whole.sample(batch_per_policy, uniform_PB=u_PB)
+            cols, indices_all = [getattr(batch, f) for f in fields], batch.indices
+            batches = {r: _RunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
+        elif learners:
             batches = {r: guarded(r, "replay sampling", runs[r].buffer.sample, batch_per_policy) for r in learners}
             learners = [r for r in learners if runs[r].active]
             if learners:
                 b0 = batches[learners[0]]
-                cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)],
-                               getattr(b0, f)) for f in ("obs", "actions", "rewards", "next_obs", "dones", "weights")]
-                obs, actions, rewards, next_obs, dones, weights = cols
-                q_sa = taken(q_values(q_net, obs), actions)
-                td = q_sa - td_target(rewards, next_obs, dones)
-                weights_t = torch.as_tensor(weights, device=device)
-                loss_P = dqn_loss.weighted_loss(td, weights_t)
-                optimizer.zero_grad(set_to_none=True)
-                loss_P.sum().backward()
-                clip_grad_norm_per_policy(q_net, d0.grad_clip)
-                optimizer.step()
-                td_abs_RPB = td.detach().abs().reshape(R, n_pol, -1).cpu().numpy()
-                loss_RP = loss_P.detach().reshape(R, n_pol)
-                for r in learners:
-                    run = runs[r]
-                    guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices, td_abs_RPB[r])
-                    run.losses.append(float(loss_RP[r].mean()))
-                    run.updates += 1
-                    # sync target: hard copy every target_update_freq env steps (first sync at the first update)
-                    if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
-                            or run.updates == 1):
-                        target_net.copy_run_from(q_net, r)
-                        run.last_target_sync = run.loop.env_steps
+                cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)], getattr(b0, f))
+                        for f in fields]
+        if learners and cols:
+            obs, actions, rewards, next_obs, dones, weights = cols
+            q_sa = taken(q_values(q_net, obs), actions)
+            td = q_sa - td_target(rewards, next_obs, dones)
+            weights_t = torch.as_tensor(weights, device=device)
+            loss_P = dqn_loss.weighted_loss(td, weights_t)
+            optimizer.zero_grad(set_to_none=True)
+            loss_P.sum().backward()
+            clip_grad_norm_per_policy(q_net, d0.grad_clip)
+            optimizer.step()
+            td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
+            td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
+            loss_RP = loss_P.detach().reshape(R, n_pol)
+            if whole is not None and _update_all(whole, indices_all, td_abs_t.reshape(R * n_pol, -1)):
+                batches = {}  # every run's priorities are set
+            for r in learners:
+                run = runs[r]
+                if r in batches:
+                    guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices,
+                            td_abs_RPB[r])
+                run.losses.append(float(loss_RP[r].mean()))
+                run.updates += 1
+                # sync target: hard copy every target_update_freq env steps (first sync at the first update)
+                if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
+                        or run.updates == 1):
+                    target_net.copy_run_from(q_net, r)
+                    run.last_target_sync = run.loop.env_steps
 
         # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
         for r in live:
@@ -386,9 +419,68 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 # per-run pieces
 
 
-def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
-               progress: ProgressFn | None = None) -> _Run:
-    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does."""
+def replay_device_of(cfg: ExperimentConfig) -> torch.device | None:
+    """The device a pack keeps its replay on (``run.replay_device``), or None for numpy buffers on the host.
+
+    ``auto``: the networks' device when it is not the CPU; ``device``: the networks' device (also the CPU,
+    where it is the tested equivalent of the GPU path); ``numpy``: None.
+    """
+    mode = cfg.run.replay_device
+    if mode == "numpy":
+        return None
+    device = resolve_device(cfg.run.device)
+    return device if mode == "device" or device.type != "cpu" else None
+
+
+class _SharedReplay:
+    """The device buffers of a pack's runs as views of one ``TorchPER`` of R x P policies (``TorchPER.view``).
+
+    Each run keeps its own buffer (rows, generator, checkpoint); the learn phase samples and updates all of
+    them with one call on ``whole`` (the runs' draws concatenated), R times fewer device operations. Used when
+    the runs' replay settings agree (``_same_per``), else each run gets its own ``TorchPER``.
+    """
+
+    def __init__(self, n_runs: int) -> None:
+        self.n_runs = n_runs
+        self.whole: TorchPER | None = None
+
+    def part(self, r: int, n_pol: int, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any,
+             device: torch.device, rng: np.random.Generator, **per: Any) -> TorchPER:
+        """Run r's buffer (the first call allocates the whole)."""
+        if self.whole is None:
+            self.whole = TorchPER(self.n_runs * n_pol, capacity, obs_shape, obs_dtype, device=device, **per)
+        return self.whole.view(r, self.n_runs, rng)
+
+
+def _same_per(cfgs: Sequence[ExperimentConfig]) -> bool:
+    """Whether the runs' buffers can be one: the same capacity and PER exponents / epsilon."""
+    return len({(c.dqn.buffer_size, c.dqn.per_alpha, c.dqn.per_beta, c.dqn.per_eps) for c in cfgs}) == 1
+
+
+@dataclass
+class _RunIndices:
+    """A run's rows of the pack's one sample (what the per-run priority update reads)."""
+
+    indices: torch.Tensor
+
+
+def _update_all(whole: TorchPER, indices_PB: torch.Tensor, td_abs_PB: torch.Tensor) -> bool:
+    """Every run's priority update as one; False (nothing written) when some run's TD errors are not finite, so
+    the caller updates run by run and only that run stops."""
+    try:
+        whole.update_priorities(indices_PB, td_abs_PB)
+    except ValueError:
+        return False
+    return True
+
+
+def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None, progress: ProgressFn | None = None,
+               replay_device: torch.device | None = None, shared: _SharedReplay | None = None, r: int = 0) -> _Run:
+    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does.
+
+    ``replay_device``: keep the buffers (``TorchPER``; run ``r``'s part of ``shared`` when given), the relay
+    windows and the fragment's observations there.
+    """
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
     loop = RunLoop(cfg, folder, logger, progress)  # seeds python, numpy and torch from the run seed
     seed, spec = run_cfg.seed, loop.spec
@@ -396,15 +488,21 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None,
     n_agents, obs_shape = spec.n_agents, spec.obs_shape
     n_pol = 1 if d.parameter_sharing else n_agents
     init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
-    per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
-    buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
-              if run_cfg.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape,
-                                                                       spec.obs_dtype, **per_kwargs))
+    per_kwargs: dict[str, Any] = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
+    buffer: MultiAgentPER | TorchPER
+    if shared is not None and replay_device is not None:
+        buffer = shared.part(r, n_pol, d.buffer_size, obs_shape, spec.obs_dtype, replay_device, **per_kwargs)
+    elif replay_device is not None:
+        buffer = TorchPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, device=replay_device, **per_kwargs)
+    elif run_cfg.replay_layout == "compact":
+        buffer = CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
+    else:
+        buffer = MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, **per_kwargs)
     relay = None
     sender_side = env_record(spec.name).sender_side_priorities
     if rc.enabled:
         relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side)
+                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side, device=replay_device)
     insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, d.per_eps, sender_side)
     return _Run(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
                 frag=Fragment.empty(d.rollout_fragment_length, n_agents, obs_shape), init_state=init.state_dict(),
@@ -484,14 +582,20 @@ class PackEnvs:
     Args:
         runs: the pack's runs.
         batched: one ``make_batched_env`` of R games instead of each run's ``loop.envs[0]``.
+        obs_on_device: with ``batched``, hand out the batched env's observation tensors as they are (on the
+            networks' device: a GPU pack never copies them to the host); else numpy copies.
     """
 
-    def __init__(self, runs: list[_Run], batched: bool) -> None:
+    def __init__(self, runs: list[_Run], batched: bool, obs_on_device: bool = False) -> None:
         self.runs = runs
         self.batched = None
         if batched:
             cfg = runs[0].cfg
             self.batched = make_batched_env(cfg.env, len(runs), device=str(runs[0].loop.device))
+        self.obs_on_device = bool(batched and obs_on_device)
+
+    def _obs(self, obs: torch.Tensor) -> Any:
+        return obs if self.obs_on_device else obs.cpu().numpy()
 
     @staticmethod
     def episode_seed(run: _Run) -> int:
@@ -504,7 +608,7 @@ class PackEnvs:
         run = self.runs[r]
         if self.batched is None:
             return run.loop.envs[0].reset()
-        return self.batched.reset([self.episode_seed(run)], games=[r])[r].cpu().numpy()
+        return self._obs(self.batched.reset([self.episode_seed(run)], games=[r])[r])
 
     def first_reset(self, r: int) -> np.ndarray:
         """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
@@ -525,7 +629,7 @@ class PackEnvs:
             return out
         t0 = time.perf_counter()
         b = self.batched.step(actions_RN)
-        obs, rew = b.obs_ENO.cpu().numpy(), b.reward_EN.cpu().numpy()
+        obs, rew = self._obs(b.obs_ENO), b.reward_EN.cpu().numpy()
         term, cut, alive = b.terminated_EN.cpu().numpy(), b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy()
         over = b.episode_over_E.cpu().numpy()
         dt = (time.perf_counter() - t0) / max(len(live), 1)
@@ -552,10 +656,29 @@ def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray
             run.relay_received += plan.received_N
 
 
-def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[np.ndarray]:
-    return [np.zeros_like(x) for x in frag.grouped(n_pol)]
+def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[Any]:
+    return [_zeros_like(x) for x in frag.grouped(n_pol)]
 
 
-def _stack(parts: list[np.ndarray | None], like: np.ndarray) -> np.ndarray:
-    """Concatenate per-run [P, B, ...] arrays along P; a stopped run's slot is zeros (zero loss weight)."""
-    return np.concatenate([np.zeros_like(like) if p is None else p for p in parts])
+def _zeros_like(x: Any) -> Any:
+    return torch.zeros_like(x) if is_tensor(x) else np.zeros_like(x)
+
+
+def _cat(parts: Sequence[Any], axis: int = 0) -> Any:
+    """Concatenate numpy arrays, or tensors (device replay; host arrays among them are moved to their device)."""
+    tensors = [p for p in parts if is_tensor(p)]
+    if not tensors:
+        return np.concatenate(parts, axis=axis)
+    dev = tensors[0].device
+    return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
+
+
+def _zeros(shape: tuple[int, ...], device: torch.device | None) -> Any:
+    """float32 zeros: a numpy array, or a tensor on ``device``."""
+    return np.zeros(shape, dtype=np.float32) if device is None else torch.zeros(shape, device=device)
+
+
+def _stack(parts: list[Any], like: Any) -> Any:
+    """Concatenate per-run [P, B, ...] arrays (or tensors) along P; a stopped run's slot is zeros (zero loss weight)."""
+    zeros = _zeros_like(like)
+    return _cat([zeros if p is None else p for p in parts])

@@ -452,11 +452,12 @@ class CompactPER(MultiAgentPER):
         return out
 
 
-def load_replay_state(buffer: MultiAgentPER, d: dict[str, Any]) -> None:
+def load_replay_state(buffer: Any, d: dict[str, Any]) -> None:
     """Load a state dict of either layout into ``buffer`` of either layout (checkpoints survive a layout change).
 
     Args:
-        buffer: a :class:`MultiAgentPER` or :class:`CompactPER`.
+        buffer: a :class:`MultiAgentPER`, :class:`CompactPER` or :class:`~suPER.replay.torch_per.TorchPER` (plain
+            layout on a device).
         d: what ``state_dict`` of either class returned.
     """
     if isinstance(buffer, CompactPER) or "frames" not in d:

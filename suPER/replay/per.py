@@ -53,7 +53,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Batch", "MultiAgentPER"]
+from suPER.arrays import namespace, row_taker
+
+__all__ = ["Batch", "MultiAgentPER", "descend", "ring_slots", "set_leaves"]
 
 
 @dataclass
@@ -92,6 +94,171 @@ _STATE_ARRAYS = (
 _STATE_SCALARS = ("alpha", "beta", "eps")
 
 
+def set_leaves(sum_flat: Any, min_flat: Any, sum_pairs: Any, min_pairs: Any, tree_base_M: Any, pair_base_M: Any,
+               slot_M: Any, value_M: Any, leaf0: int, depth: int) -> None:
+    """Write tree values and repair all ancestors, vectorized over entries and levels (numpy or torch).
+
+    Each level recomputes ``sum[n] = sum[2n] + sum[2n+1]`` and ``min[n] = min(min[2n], min[2n+1])`` for the
+    touched parents ``n``; a parent shared by several entries gets the same value from every write, so
+    duplicates at inner levels are harmless. One definition for :class:`MultiAgentPER` (numpy) and
+    :class:`~suPER.replay.torch_per.TorchPER` (tensors on a device).
+
+    Args:
+        sum_flat, min_flat: ``[P * 2C]`` flat views of the trees; ``sum_pairs``, ``min_pairs``: ``[P * C, 2]``.
+        tree_base_M, pair_base_M: int64 ``[M]`` ``p * 2C`` and ``p * C`` of each entry's policy.
+        slot_M: int64 ``[M]`` slot indices; the pairs ``(policy, slot)`` must be unique.
+        value_M: float64 ``[M]`` tree values ``priority ** alpha``.
+        leaf0, depth: ``C`` and ``log2(C)``.
+    """
+    minimum = namespace(sum_flat).minimum
+    take_sum, take_min = row_taker(sum_pairs), row_taker(min_pairs)
+    node = slot_M + leaf0
+    flat = tree_base_M + node
+    sum_flat[flat] = value_M
+    min_flat[flat] = value_M
+    for _ in range(depth):
+        node >>= 1
+        pair = pair_base_M + node  # children 2n, 2n+1
+        flat = pair + pair_base_M  # = tree_base + node
+        s = take_sum(pair)  # [M, 2]
+        sum_flat[flat] = s[:, 0] + s[:, 1]
+        m = take_min(pair)
+        min_flat[flat] = minimum(m[:, 0], m[:, 1])
+
+
+def descend(sum_pairs: Any, pair_base: Any, u: Any, depth: int, guard: bool) -> Any:
+    """Find the leaves whose prefix-sum intervals contain ``u``, one tree level per array step (numpy or torch).
+
+    Starting at the root ``n = 1``, with children ``L = sum[2n]``, ``R = sum[2n+1]``: go right
+    (``u -= L``, ``n = 2n + 1``) if ``u >= L`` (and, with ``guard``, ``R > 0``), else left (``n = 2n``).
+    The guard changes a leaf only where the unguarded descent would end on an empty (zero) leaf, so a
+    caller may always guard (no data-dependent branch) and get the unguarded leaves wherever they are
+    positive.
+
+    Args:
+        sum_pairs: ``[P * C, 2]`` pair view of the sum trees.
+        pair_base: int64, ``p * C`` of each draw's policy, broadcastable to ``u``.
+        u: float64 draws in ``[0, total_p)``, any shape; overwritten.
+        depth: ``log2(C)``.
+        guard: enable the rounding guard (one more comparison per level).
+
+    Returns:
+        int64 heap node index in ``[C, 2C)`` per draw (slot = node - C), shape of ``u``.
+    """
+    xp = namespace(u)
+    take = row_taker(sum_pairs)
+    subtract_where = _subtract_where_tensor if xp is not np else _subtract_where_numpy
+    # q = p * C + n indexes the pair (sum[2n], sum[2n+1]) in sum_pairs.
+    q = xp.zeros_like(u, dtype=xp.int64)
+    q += pair_base + 1
+    for _ in range(depth):
+        children = take(q)  # [..., 2]
+        left = children[..., 0]
+        go_right = u >= left
+        if guard:
+            go_right &= children[..., 1] > 0
+        subtract_where(u, left, go_right)  # u -= left where going right
+        q <<= 1  # q -> p * C + 2n + go_right
+        q -= pair_base
+        q += go_right
+    return q - pair_base
+
+
+def check_settings(n_policies: int, capacity: int, alpha: float, beta: float, eps: float) -> None:
+    """Raise ValueError unless ``n_policies, capacity >= 1`` and ``alpha, beta, eps >= 0`` (every PER layout)."""
+    if n_policies < 1:
+        raise ValueError(f"n_policies must be >= 1, got {n_policies}")
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    if alpha < 0 or beta < 0 or eps < 0:
+        raise ValueError(f"alpha, beta, eps must be >= 0, got {alpha}, {beta}, {eps}")
+
+
+def check_can_sample(batch_size: int, size_P: np.ndarray) -> None:
+    """Raise ValueError if ``batch_size < 1`` or some policy holds no rows (the message lists them)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    empty = np.flatnonzero(size_P == 0)
+    if empty.size:
+        raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+
+
+def _subtract_where_numpy(u: np.ndarray, x: np.ndarray, where: np.ndarray) -> None:
+    np.subtract(u, x, out=u, where=where)
+
+
+def _subtract_where_tensor(u: Any, x: Any, where: Any) -> None:
+    u -= x * where  # x is a finite subtree mass, so x * False = 0 exactly
+
+
+def ring_slots(pol_K: np.ndarray, ptr_P: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``add`` writes ``K`` rows: row ``k``, the ``r``-th row of policy ``p`` in the call, goes to slot
+    ``(ptr[p] + r) % capacity`` (host bookkeeping shared by the numpy and the torch buffers).
+
+    Args:
+        pol_K: int64 ``[K]`` policy of each row.
+        ptr_P: int64 ``[P]`` write pointers before the call.
+        capacity: rows per policy.
+
+    Returns:
+        ``(slot_K, rank_K, counts_P, keep_K)``: slots, ranks within the policy, rows given per policy, and
+        which rows are written (all but the earliest when one call gives a policy more than ``capacity`` rows).
+    """
+    K = pol_K.shape[0]
+    counts = np.bincount(pol_K, minlength=ptr_P.shape[0])  # [P]
+    order = np.argsort(pol_K, kind="stable")
+    starts = np.cumsum(counts) - counts  # [P] first position of each policy in `order`
+    rank = np.empty(K, dtype=np.int64)
+    rank[order] = np.arange(K, dtype=np.int64) - starts[pol_K[order]]
+    slots = (ptr_P[pol_K] + rank) % capacity
+    keep = rank >= counts[pol_K] - capacity
+    return slots, rank, counts, keep
+
+
+def check_state(d: dict[str, Any], n_policies: int, capacity: int, width: int) -> int:
+    """Validate the layout-independent part of a replay state dict; return ``M = max(size)``, its stored slots.
+
+    Raises:
+        ValueError: on missing keys or arrays whose shape/dtype do not fit a buffer of ``n_policies`` x
+            ``capacity`` with ``width = 2C`` tree nodes.
+    """
+    missing = [k for k in (*_STATE_ARRAYS, *_STATE_SCALARS) if k not in d]
+    if missing:
+        raise ValueError(f"state dict lacks {missing}")
+    P, N = n_policies, capacity
+    size = np.asarray(d["size"])
+    m = int(size.max()) if size.size else 0
+    expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {
+        "actions": ((P, m), np.dtype(np.int64)),
+        "rewards": ((P, m), np.dtype(np.float32)),
+        "dones": ((P, m), np.dtype(np.float32)),
+        "sum_tree": ((P, width), np.dtype(np.float64)),
+        "min_tree": ((P, width), np.dtype(np.float64)),
+        "ptr": ((P,), np.dtype(np.int64)),
+        "size": ((P,), np.dtype(np.int64)),
+        "max_priority": ((P,), np.dtype(np.float64)),
+    }
+    for k, (shape, dtype) in expected.items():
+        a = np.asarray(d[k])
+        if a.shape != shape or a.dtype != dtype:
+            raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {dtype}")
+    if m > N or (size < 0).any() or (np.asarray(d["ptr"]) >= N).any():
+        raise ValueError("state sizes/pointers do not fit this buffer's capacity")
+    return m
+
+
+def check_plain_obs_state(d: dict[str, Any], m: int, n_policies: int, obs_shape: tuple[int, ...],
+                          obs_dtype: np.dtype) -> None:
+    """Validate the ``obs`` / ``next_obs`` arrays ``[P, m, *obs_shape]`` of a plain-layout state dict."""
+    shape = (n_policies, m, *obs_shape)
+    for k in ("obs", "next_obs"):
+        if k not in d:
+            raise ValueError(f"state dict lacks {[k]}")
+        a = np.asarray(d[k])
+        if a.shape != shape or a.dtype != obs_dtype:
+            raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {obs_dtype}")
+
+
 class MultiAgentPER:
     """Proportional prioritized replay for ``P`` policies, each with its own ring buffer and trees.
 
@@ -121,12 +288,7 @@ class MultiAgentPER:
         rng: np.random.Generator | None = None,
         track_inserted_max: bool = True,
     ) -> None:
-        if n_policies < 1:
-            raise ValueError(f"n_policies must be >= 1, got {n_policies}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if alpha < 0 or beta < 0 or eps < 0:
-            raise ValueError(f"alpha, beta, eps must be >= 0, got {alpha}, {beta}, {eps}")
+        check_settings(n_policies, capacity, alpha, beta, eps)
         self.n_policies = int(n_policies)
         self.capacity = int(capacity)
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -204,13 +366,7 @@ class MultiAgentPER:
 
     def _check_obs_state(self, d: dict[str, Any], m: int) -> None:
         """Validate the observation part of a state dict with ``m`` slots; raise ValueError if it does not fit."""
-        shape = (self.n_policies, m, *self.obs_shape)
-        for k in ("obs", "next_obs"):
-            if k not in d:
-                raise ValueError(f"state dict lacks {[k]}")
-            a = np.asarray(d[k])
-            if a.shape != shape or a.dtype != self.obs_dtype:
-                raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {self.obs_dtype}")
+        check_plain_obs_state(d, m, self.n_policies, self.obs_shape, self.obs_dtype)
 
     def _load_obs_state(self, d: dict[str, Any], m: int) -> None:
         """Load the (checked) observation part of a state dict with ``m`` slots."""
@@ -259,62 +415,13 @@ class MultiAgentPER:
     # ------------------------------------------------------------------ trees
 
     def _set_leaves(self, pol: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
-        """Write tree values and repair all ancestors, vectorized over entries and levels.
-
-        Args:
-            pol: int64 ``[M]`` policy of each entry.
-            slots: int64 ``[M]`` slot indices; the pairs ``(pol, slot)`` must be unique.
-            values: float64 ``[M]`` tree values ``priority ** alpha``.
-
-        Each level recomputes ``sum[n] = sum[2n] + sum[2n+1]`` and ``min[n] = min(min[2n], min[2n+1])``
-        for the touched parents ``n``; a parent shared by several entries gets the same value from every
-        write, so duplicates at inner levels are harmless.
-        """
-        tree_base = self._tree_base[pol]
-        pair_base = self._pair_base[pol]
-        node = slots + self._leaf0
-        flat = tree_base + node
-        self._sum_flat[flat] = values
-        self._min_flat[flat] = values
-        for _ in range(self._depth):
-            node >>= 1
-            pair = pair_base + node  # children 2n, 2n+1
-            flat = pair + pair_base  # = tree_base + node
-            s = self._sum_pairs.take(pair, axis=0)  # [M, 2]
-            self._sum_flat[flat] = s[:, 0] + s[:, 1]
-            m = self._min_pairs.take(pair, axis=0)
-            self._min_flat[flat] = np.minimum(m[:, 0], m[:, 1])
+        """:func:`set_leaves` for entries ``(pol[m], slots[m])`` (unique pairs) with tree values ``values``."""
+        set_leaves(self._sum_flat, self._min_flat, self._sum_pairs, self._min_pairs, self._tree_base[pol],
+                   self._pair_base[pol], slots, values, self._leaf0, self._depth)
 
     def _descend(self, pair_base: np.ndarray, u: np.ndarray, guard: bool) -> np.ndarray:
-        """Find the leaves whose prefix-sum intervals contain ``u``, one tree level per numpy step.
-
-        Starting at the root ``n = 1``, with children ``L = sum[2n]``, ``R = sum[2n+1]``: go right
-        (``u -= L``, ``n = 2n + 1``) if ``u >= L`` (and, with ``guard``, ``R > 0``), else left (``n = 2n``).
-        With ``guard`` the walk only enters subtrees with positive mass, so it ends on a positive leaf.
-
-        Args:
-            pair_base: int64, ``p * C`` of each draw's policy, broadcastable to ``u``.
-            u: float64 draws in ``[0, total_p)``, any shape; overwritten.
-            guard: enable the rounding guard (one more comparison per level).
-
-        Returns:
-            int64 heap node index in ``[C, 2C)`` per draw (slot = node - C), shape of ``u``.
-        """
-        # q = p * C + n indexes the pair (sum[2n], sum[2n+1]) in self._sum_pairs.
-        q = np.empty(u.shape, dtype=np.int64)
-        q[...] = pair_base + 1
-        pairs = self._sum_pairs
-        for _ in range(self._depth):
-            children = pairs.take(q, axis=0)  # [..., 2]
-            left = children[..., 0]
-            go_right = u >= left
-            if guard:
-                go_right &= children[..., 1] > 0
-            np.subtract(u, left, out=u, where=go_right)
-            q <<= 1  # q -> p * C + 2n + go_right
-            q -= pair_base
-            q += go_right
-        return q - pair_base
+        """:func:`descend` in this buffer's sum trees."""
+        return descend(self._sum_pairs, pair_base, u, self._depth, guard)
 
     # ------------------------------------------------------------------ add
 
@@ -391,15 +498,9 @@ class MultiAgentPER:
             if not np.all(np.isfinite(prio) & (prio > 0)):
                 raise ValueError("priority_K must be finite and > 0")
 
-        # Rank of each row among the rows of its policy in this call (stable: keeps input order).
-        counts = np.bincount(pol, minlength=self.n_policies)  # [P]
-        order = np.argsort(pol, kind="stable")
-        starts = np.cumsum(counts) - counts  # [P] first position of each policy in `order`
-        rank = np.empty(K, dtype=np.int64)
-        rank[order] = np.arange(K, dtype=np.int64) - starts[pol[order]]
-        slots = (self._ptr[pol] + rank) % self.capacity
-        # Rows superseded within this call (only when > capacity rows for one policy) are skipped.
-        keep = rank >= counts[pol] - self.capacity
+        # Rank of each row among the rows of its policy in this call (stable: keeps input order); rows
+        # superseded within this call (only when > capacity rows for one policy) are skipped.
+        slots, rank, counts, keep = ring_slots(pol, self._ptr, self.capacity)
         if not keep.all():
             slots = np.where(keep, slots, -1)
             pol_w, slot_w, prio = pol[keep], slots[keep], prio[keep]
@@ -457,11 +558,7 @@ class MultiAgentPER:
         Raises:
             ValueError: if ``batch_size < 1`` or some policy holds no rows (the message lists them).
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        empty = np.flatnonzero(self._size == 0)
-        if empty.size:
-            raise ValueError(f"cannot sample: policies {empty.tolist()} hold no rows")
+        check_can_sample(batch_size, self._size)
         beta = self.beta if beta is None else float(beta)
         P, B = self.n_policies, int(batch_size)
 
@@ -588,28 +685,7 @@ class MultiAgentPER:
         Raises:
             ValueError: on missing keys or arrays whose shape/dtype do not fit this buffer.
         """
-        missing = [k for k in (*_STATE_ARRAYS, *_STATE_SCALARS) if k not in d]
-        if missing:
-            raise ValueError(f"state dict lacks {missing}")
-        P, N = self.n_policies, self.capacity
-        size = np.asarray(d["size"])
-        m = int(size.max()) if size.size else 0
-        expected: dict[str, tuple[tuple[int, ...], np.dtype]] = {
-            "actions": ((P, m), self._actions.dtype),
-            "rewards": ((P, m), self._rewards.dtype),
-            "dones": ((P, m), self._dones.dtype),
-            "sum_tree": (self._sum_tree.shape, self._sum_tree.dtype),
-            "min_tree": (self._min_tree.shape, self._min_tree.dtype),
-            "ptr": ((P,), self._ptr.dtype),
-            "size": ((P,), self._size.dtype),
-            "max_priority": ((P,), self._max_priority.dtype),
-        }
-        for k, (shape, dtype) in expected.items():
-            a = np.asarray(d[k])
-            if a.shape != shape or a.dtype != dtype:
-                raise ValueError(f"state '{k}' has {a.shape} {a.dtype}, expected {shape} {dtype}")
-        if m > N or (size < 0).any() or (np.asarray(d["ptr"]) >= N).any():
-            raise ValueError("state sizes/pointers do not fit this buffer's capacity")
+        m = check_state(d, self.n_policies, self.capacity, self._width)
         self._check_obs_state(d, m)
 
         self._load_obs_state(d, m)

@@ -52,6 +52,25 @@ def test_replay_estimate_is_the_buffers_own_bytes(shape: tuple[int, ...], dtype:
         assert est == buf.nbytes
 
 
+def test_a_device_replay_is_estimated_in_the_plain_layout() -> None:
+    """TorchPER holds the plain layout (plus a device copy of the P fill levels); a run with
+    ``run.replay_device=device`` (or auto on a GPU) is estimated so, whatever ``run.replay_layout`` says."""
+    from suPER import config as C
+    from suPER.native.pack_memory import env_spec, run_memory_bytes
+    from suPER.replay.torch_per import TorchPER
+
+    assert TorchPER(3, 100, (7, 7, 3), np.uint8).nbytes == replay_bytes(3, 100, (7, 7, 3), np.uint8) + 3 * 8
+    tiny = {"env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 4,
+            "dqn.hiddens": 16}
+    cfg = {k: C.resolve("pursuit", overrides={**tiny, "run.replay_device": dev, "run.replay_layout": layout,
+                                              "run.device": d})
+           for k, (dev, layout, d) in {"device": ("device", "compact", "cpu"), "plain": ("numpy", "plain", "cpu"),
+                                       "compact": ("numpy", "compact", "cpu"), "gpu": ("auto", "compact", "cuda")}.items()}
+    spec = env_spec(cfg["plain"])
+    est = {k: run_memory_bytes(c, spec) for k, c in cfg.items()}
+    assert est["device"] == est["plain"] == est["gpu"] > est["compact"]
+
+
 def test_runs_group_by_pack_key_and_split_by_pack_size(tmp_path: Path) -> None:
     grid = campaigns.load_grid(write_grid(tmp_path, "  - {name: super, env: pursuit, algo: dqn, super: true}\n"))
     out = tmp_path / "c"

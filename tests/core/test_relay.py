@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
 from suPER.core.relay import Relay, TDWindow, insertion_priorities, team_mask, threshold
+from suPER.core.selection import SELECTION_RULES
 
 td_arrays = st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=40).map(np.array)
 bandwidths = st.floats(0.01, 0.99)
@@ -216,3 +218,41 @@ def test_relay_state_round_trip() -> None:
     td = np.random.default_rng(5).random((2, 4))
     np.testing.assert_array_equal(a.plan(td, np.ones((2, 4), dtype=bool)).selected_NT,
                                   b.plan(td, np.ones((2, 4), dtype=bool)).selected_NT)
+
+
+RELAY_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
+
+
+@pytest.mark.parametrize("device", RELAY_DEVICES)
+@pytest.mark.parametrize("mode", sorted(SELECTION_RULES))
+def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: str) -> None:
+    """Every registered rule (quantile, gaussian and stochastic among them) on |TD| tensors with the windows kept as a tensor on ``device``: the same rows selected,
+    the same thresholds (to float64 rounding of the mean) and windows, over 8 fragments of a 20-value window
+    (it wraps around every ~2 fragments); stochastic draws from the same numpy generator."""
+    import torch
+
+    ids = ["a_0", "a_1", "a_2", "b_0"]
+    host = Relay(ids, mode=mode, bandwidth=0.3, window=20, team="a", rng=np.random.default_rng(4))
+    dev = Relay(ids, mode=mode, bandwidth=0.3, window=20, team="a", rng=np.random.default_rng(4), device=device)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        td_NT = rng.exponential(size=(4, 12))
+        valid_NT = rng.random((4, 12)) < 0.8
+        valid_NT[1, :] = rng.random() < 0.5  # a sender that is sometimes absent
+        a = host.plan(td_NT, valid_NT)
+        b = dev.plan(torch.as_tensor(td_NT, device=device), valid_NT)
+        np.testing.assert_array_equal(a.selected_NT, b.selected_NT)
+        for f in ("sender_K", "row_K", "receiver_K", "received_N"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        np.testing.assert_allclose(a.threshold_N, b.threshold_N, rtol=1e-12, equal_nan=True)
+    assert isinstance(dev.windows.values_NW, torch.Tensor) and dev.windows.values_NW.device.type == device
+    windowed = SELECTION_RULES[mode].uses_window
+    assert host.windows.count_N.max() > 3 * 20 if windowed else host.windows.count_N.max() == 0
+    state = dev.state_dict()
+    np.testing.assert_array_equal(state["windows"]["values_NW"], host.state_dict()["windows"]["values_NW"])
+    again = Relay(ids, mode=mode, bandwidth=0.3, window=20, team="a")  # a device relay's checkpoint on the host
+    again.load_state_dict(state)
+    td_NT = rng.exponential(size=(4, 12))
+    np.testing.assert_array_equal(again.plan(td_NT, np.ones((4, 12), bool)).selected_NT,
+                                  host.plan(td_NT, np.ones((4, 12), bool)).selected_NT)

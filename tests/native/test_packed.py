@@ -120,8 +120,12 @@ def test_acting_and_init_equal_the_unpacked_trainer(tmp_path: Path) -> None:
     assert [r["team_return_mean"] for r in p["rows"]] == [r["team_return_mean"] for r in u["rows"]]
 
 
-def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfgs = [tiny_cfg(1, True, 4, tmp_path), tiny_cfg(2, False, 4, tmp_path)]
+@pytest.mark.parametrize("replay", ["numpy", pytest.param("device", marks=pytest.mark.slow)])
+def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay: str) -> None:
+    """The survivor trains as if alone; with device replay its buffer is a view of the pack's one buffer, which
+    the learn phase then samples run by run."""
+    extra = {"run.replay_device": replay}
+    cfgs = [tiny_cfg(1, True, 4, tmp_path, **extra), tiny_cfg(2, False, 4, tmp_path, **extra)]
     from suPER import loop as loop_mod
 
     made: list[Any] = []
@@ -212,3 +216,99 @@ def test_a_pack_mixing_learning_rates_on_cuda(tmp_path: Path) -> None:
         p, a = record(cfg, "pack")["final"], record(cfg, "alone")["final"]
         for name in p["q_net"]:
             torch.testing.assert_close(p["q_net"][name], a["q_net"][name], rtol=0, atol=1e-5, msg=name)
+
+
+class Interrupt(Exception):
+    """Raised by a progress callback: the pack stops like a killed process (its folders keep latest.pt)."""
+
+
+def stop_after(steps: int) -> Any:
+    def progress(env_steps: int, _: dict[str, Any]) -> None:
+        if env_steps >= steps:
+            raise Interrupt
+
+    return progress
+
+
+def device_replay_cfgs(tmp: Path, sub: str, replay: str, updates: int = 8, n_runs: int = 2,
+                       **extra: Any) -> list[C.ExperimentConfig]:
+    """Seeds 1..n_runs, the first with SUPER quantile, with ``run.replay_device=replay`` (numpy: the plain layout)."""
+    return [tiny_cfg(1 + i, i == 0, updates, tmp / sub, **{"run.replay_device": replay, "run.replay_layout": "plain",
+                                                          **extra}) for i in range(n_runs)]
+
+
+def assert_same_rows(a: list[dict[str, str]], b: list[dict[str, str]]) -> None:
+    """metrics.csv rows equal but for timings; losses to 1e-6 (the trees' ``p ** alpha`` may round apart)."""
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        for k in ra:
+            if k == "loss" and ra[k] != "nan":
+                assert abs(float(ra[k]) - float(rb[k])) <= 1e-6
+            elif "per_sec" not in k and not k.startswith("perf") and "time" not in k:
+                assert ra[k] == rb[k], k
+
+
+def check_device_replay_equals_numpy_replay(tmp_path: Path, updates: int, n_runs: int, device: str = "cpu") -> None:
+    """``run.replay_device=device`` on the CPU (TorchPER, device relay windows, the batched env's observations
+    kept as tensors): each run logs the numpy-replay pack's rows and ends with the same replay rows."""
+    cfgs = {m: device_replay_cfgs(tmp_path, m, m, updates, n_runs, **{"run.device": device}) for m in ("numpy", "device")}
+    for m, c in cfgs.items():
+        assert all(not isinstance(s, BaseException) for s in pack_of(c, "pack", batched_env=True)), m
+    for a, b in zip(cfgs["numpy"], cfgs["device"]):
+        ra, rb = record(a, "pack"), record(b, "pack")
+        assert_same_rows(ra["rows"], rb["rows"])
+        for k in ("obs", "next_obs", "actions", "rewards", "dones", "size", "ptr"):
+            assert torch.equal(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k]), k
+        assert_same(ra["trainer"]["rng"], rb["trainer"]["rng"])
+    assert int(record(cfgs["device"][0], "pack")["trainer"]["relay_received"].sum()) > 0
+
+
+def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap default variant (one SUPER run, 4 updates) of the slow check below; the device pack's
+    observations never became numpy (the batched env's tensors went into tensor fragments and TorchPER)."""
+    from suPER.native import packed
+
+    seen: list[bool] = []
+    real_obs = packed.PackEnvs._obs
+
+    def obs(self: Any, o: torch.Tensor) -> Any:
+        out = real_obs(self, o)
+        seen.append(isinstance(out, torch.Tensor))
+        return out
+
+    monkeypatch.setattr(packed.PackEnvs, "_obs", obs)
+    check_device_replay_equals_numpy_replay(tmp_path, updates=4, n_runs=1)
+    steps = 40 + 4 * 4 + 1  # each env step, plus the first reset (the episodes of 20 steps add resets)
+    n = len(seen) // 2
+    assert n >= steps and seen == [False] * n + [True] * n  # the numpy pack's as numpy, the device pack's not
+
+
+@pytest.mark.slow
+def test_device_replay_pack_of_two_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
+    check_device_replay_equals_numpy_replay(tmp_path, updates=30, n_runs=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_replay_pack_on_cuda_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
+    """On CUDA: TorchPER, relay windows and the vectorized env's observations on the GPU, the same rows."""
+    check_device_replay_equals_numpy_replay(tmp_path, updates=30, n_runs=2, device="cuda")
+
+
+@pytest.mark.slow
+def test_a_pack_resumes_across_replay_devices(tmp_path: Path) -> None:
+    """Interrupted after its evaluation at step 56, a device-replay pack resumes with numpy replay and a numpy
+    pack with device replay: the two end with the same rows (each checkpoint loads into the other buffer)."""
+    out = {}
+    for first, then in (("device", "numpy"), ("numpy", "device")):
+        cfgs = device_replay_cfgs(tmp_path, first, first, **{"run.eval_interval": 28})
+        with pytest.raises(Interrupt):
+            train_pack(cfgs, [RunFolder(Path(c.run.out) / "pack" / c.run_name) for c in cfgs], batched_env=True,
+                       progress=stop_after(60))
+        again = device_replay_cfgs(tmp_path, first, then, **{"run.eval_interval": 28})
+        assert all(not isinstance(s, BaseException) for s in pack_of(again, "pack", batched_env=True))
+        out[first] = [record(c, "pack")["rows"] for c in again]
+    for a, b in zip(out["device"], out["numpy"]):
+        assert [r["env_steps"] for r in a] == ["0", "28", "56", "72"]
+        assert_same_rows(a, b)

@@ -1,0 +1,73 @@
+"""numpy-or-torch helpers, so one formula serves host arrays and device tensors (issue 16).
+
+The replay trees (``suPER.replay.per``) and the selection rules (``suPER.core.selection``) are written once
+against the operations numpy and torch share (indexing, arithmetic, ``where``, ``minimum``, ``quantile``, ...);
+the few spellings that differ live here. torch is imported only when a tensor is passed in, so importing this
+module (and ``suPER.config``, which imports the selection rules) stays torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (checked by type, without importing torch)."""
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def namespace(x: Any) -> Any:
+    """The module whose functions apply to ``x``: ``torch`` for tensors, else ``numpy``."""
+    if is_tensor(x):
+        import torch
+
+        return torch
+    return np
+
+
+def row_taker(a: Any) -> Any:
+    """``idx -> a[idx]`` along axis 0 (numpy's ``take``, its fastest gather; torch's indexing), chosen once for a
+    loop."""
+    if is_tensor(a):
+        return a.__getitem__
+    take = a.take
+    return lambda idx: take(idx, 0)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A host numpy array of ``x`` (a tensor is copied off its device; an array is returned as is)."""
+    return x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x)
+
+
+def like(x: Any, values: Any) -> Any:
+    """``values`` (host data) as the kind of ``x``: a tensor on ``x``'s device, or a numpy array."""
+    if is_tensor(x):
+        import torch
+
+        return torch.as_tensor(values, device=x.device)
+    return np.asarray(values)
+
+
+def zeros(shape: tuple[int, ...], device: Any = None) -> Any:
+    """float64 zeros: a numpy array (``device`` None) or a tensor on ``device``."""
+    if device is None:
+        return np.zeros(shape, dtype=np.float64)
+    import torch
+
+    return torch.zeros(shape, dtype=torch.float64, device=device)
+
+
+def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:
+    """Float64 ``Uniform[0, 1)`` draws of ``shape``, as the kind of ``like_x``.
+
+    ``rng`` is a ``numpy.random.Generator`` (drawn on the host, then moved: the same numbers as a numpy
+    caller drawing from the same generator state) or a ``torch.Generator`` (drawn on its device, no host
+    round trip; a different stream).
+    """
+    if isinstance(rng, np.random.Generator):
+        return like(like_x, rng.random(shape))
+    import torch
+
+    return torch.rand(shape, generator=rng, dtype=torch.float64, device=rng.device)
