@@ -5,6 +5,7 @@ Usage::
     python benchmarks/packed.py                 # R = 1, 2, 4, 8 on CPU (+ CUDA when present), paper pursuit
     python benchmarks/packed.py --quick         # smoke mode (< 2 min): R = 1, 2, tiny budget, numbers mean nothing
     python benchmarks/packed.py --runs 1 2 4 --steps 400
+    python benchmarks/packed.py --devices cuda --packed-only --runs 1 8 39 --steps 2000   # the GPU pack alone
 
 Both sides train the same R configs (paper pursuit: 8 pursuers, 30 evaders, 16x16, the paper's conv dueling
 network, batch 32, one update per 4-step fragment; seeds 1..R; learning starts at step 40 so the budget is
@@ -130,6 +131,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    ap.add_argument("--devices", default=None, help="comma-separated devices to measure (default: cpu, and cuda when "
+                    "present)")
+    ap.add_argument("--packed-only", action="store_true", help="measure the pack alone, no separate processes (on a "
+                    "GPU, R separate processes would each hold a CUDA context: not the comparison of interest)")
     args = ap.parse_args()
     if args.worker is not None:
         worker(args.worker, args.steps, args.device, args.hiddens)
@@ -139,11 +144,30 @@ def main() -> None:
     import torch
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+    if args.devices is not None:
+        devices = [d for d in args.devices.split(",") if d]
+        if "cuda" in devices and not torch.cuda.is_available():
+            print("benchmarks/packed.py: --devices cuda: no CUDA device here", file=sys.stderr)
+            raise SystemExit(2)
+    gpu = f", {torch.cuda.get_device_name()}" if any(d.startswith("cuda") for d in devices) else ""
+    print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}, torch "
           f"{torch.__version__}, {args.steps} env steps per run, hiddens {args.hiddens}")
     results = []
     for device in devices:
         for r in args.runs:
+            if args.packed_only:
+                if device.startswith("cuda"):
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
+                wall = time.perf_counter() - t0
+                peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+                results.append({"R": r, "device": device, "packed_sps": pk, "packed_steps_per_cpu_s": pk_cpu,
+                                "call_s": wall, "peak_gib": peak})
+                print(f"packed aggregate throughput (R={r}, {device}): {pk:,.0f} env-steps/s   (per CPU-second "
+                      f"{pk_cpu:,.0f}; {r} x {args.steps} env steps, {wall:.1f} s with setup and evaluations; "
+                      f"peak device memory {peak:.2f} GiB)", flush=True)
+                continue
             sep, sep_cpu = separate(r, args.steps, device, args.hiddens)
             pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
             results.append({"R": r, "device": device, "packed_sps": pk, "separate_sps": sep, "ratio": pk / sep,
