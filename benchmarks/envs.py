@@ -5,6 +5,7 @@ Usage::
     python benchmarks/envs.py                 # full run (~2-3 min on 2 busy cores)
     python benchmarks/envs.py --quick         # smoke mode (< 1 min): numbers mean little
     python benchmarks/envs.py --threads 1 --sizes 1,16,256,4096 --seconds 5 --json out.json
+    python benchmarks/envs.py --only pursuit --devices cuda   # the CUDA rows (and the CPU single-game reference)
 
 An env step is one step of one game (so E games stepped once are E env steps). Actions are uniform
 random, drawn outside the timed env call's cost as far as possible (one tensor per batch step).
@@ -82,8 +83,6 @@ def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float, 
 
 def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Pursuit: ``PursuitEnv`` (one game, numpy) vs ``VecPursuitEnv`` at each E, on CPU and CUDA if present."""
-    import torch
-
     from suPER.envs.pursuit import PursuitEnv
     from suPER.envs.vec_pursuit import VecPursuitEnv
 
