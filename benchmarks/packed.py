@@ -161,12 +161,13 @@ def main() -> None:
                 t0 = time.perf_counter()
                 pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
                 wall = time.perf_counter() - t0
-                peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+                peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
                 results.append({"R": r, "device": device, "packed_sps": pk, "packed_steps_per_cpu_s": pk_cpu,
                                 "call_s": wall, "peak_gib": peak})
+                mem = "" if peak is None else f"; peak device memory {peak:.2f} GiB"
                 print(f"packed aggregate throughput (R={r}, {device}): {pk:,.0f} env-steps/s   (per CPU-second "
-                      f"{pk_cpu:,.0f}; {r} x {args.steps} env steps, {wall:.1f} s with setup and evaluations; "
-                      f"peak device memory {peak:.2f} GiB)", flush=True)
+                      f"{pk_cpu:,.0f}; {r} x {args.steps} env steps, {wall:.1f} s with setup and evaluations{mem})",
+                      flush=True)
                 continue
             sep, sep_cpu = separate(r, args.steps, device, args.hiddens)
             pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
