@@ -14,6 +14,8 @@
 #      target is >= 30,000 aggregate training env-steps/s), one process per R; a GPU-utilisation trace beside it
 #   5. benchmarks/envs.py, pursuit rows only: VecPursuitEnv at E = 1, 16, 256, 4096 on CUDA (issue 15)
 #   6. benchmarks/eval_batch.py: 20 x 500-step pursuit episodes, sequential (CPU) vs batched on CUDA
+#   7. with what is left: benchmarks/packed.py on the machine's CPUs, R = 8 packed vs 8 separate processes (a
+#      measured point for docs/performance.md's 16-core line; the dev machine has 2 cores)
 # Files in $OUT (the device returns at most 8): steps.txt (step, exit code, seconds), facts.txt, tests.txt,
 # packed.txt, envs.txt, eval.txt, gpu_util.csv, results.json (the benchmarks' JSON rows, merged).
 #
@@ -39,10 +41,12 @@ if [ "$CPU" = 1 ]; then
   DEV=cpu
   PACK_STEPS="${PACK_STEPS:-80}"; PACK_RUNS="${PACK_RUNS:-1 3 2}"; PACK_HIDDENS="${PACK_HIDDENS:-32}"
   ENV_ARGS="--seconds 0.3 --sizes 1,16"; EVAL_ARGS="--episodes 2 --horizon 10"
+  CPU_PACK_ARGS="--runs 2 --steps 80 --hiddens 32"
 else
   DEV=cuda
   PACK_STEPS="${PACK_STEPS:-2000}"; PACK_RUNS="${PACK_RUNS:-1 39 8}"; PACK_HIDDENS="${PACK_HIDDENS:-256}"
   ENV_ARGS="--seconds 3 --sizes 1,16,256,4096"; EVAL_ARGS="--episodes 20 --horizon 500"
+  CPU_PACK_ARGS="--runs 8 --steps 400 --hiddens 256"
 fi
 
 # step NAME CAP_SECONDS LOGFILE CMD...: run CMD under timeout min(CAP, budget left), append its output to
@@ -129,6 +133,10 @@ step envs 90 envs.txt "$PY" benchmarks/envs.py --only pursuit --devices "$DEV" $
 # ---- 6. batched evaluation on the device vs sequential on CPU (issue 15)
 # shellcheck disable=SC2086
 step eval 90 eval.txt "$PY" benchmarks/eval_batch.py --device "$DEV" --envs pursuit --run-steps 0 $EVAL_ARGS
+
+# ---- 7. CPU pack vs separate processes on this machine's cores (last: it gets what the budget has left)
+# shellcheck disable=SC2086
+step cpu-packed 120 packed.txt "$PY" benchmarks/packed.py --devices cpu $CPU_PACK_ARGS --json "$SCRATCH/packed_cpu.json"
 
 # ---- merge the JSON rows into one file
 "$PY" - "$SCRATCH" "$OUT/results.json" <<'EOF'
