@@ -120,9 +120,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   UTIL_PID=$!
 fi
 for r in $PACK_RUNS; do
-  cap=$(( r >= 32 ? 150 : 60 ))
+  # big packs: half the steps per run (still >= 250 updates in the window) and a longer cap; the rate so far is
+  # printed every 15 s, so a pack stopped by its timeout still leaves a number
+  cap=60 steps=$PACK_STEPS
+  [ "$r" -ge 32 ] && cap=150 steps=$(( PACK_STEPS / 2 ))
   step "packed-R$r" "$cap" packed.txt "$PY" benchmarks/packed.py --devices "$DEV" --packed-only --runs "$r" \
-    --steps "$PACK_STEPS" --hiddens "$PACK_HIDDENS" --json "$SCRATCH/packed_R$r.json"
+    --steps "$steps" --hiddens "$PACK_HIDDENS" --progress-every 15 --json "$SCRATCH/packed_R$r.json"
 done
 [ -n "$UTIL_PID" ] && kill "$UTIL_PID" 2>/dev/null
 
