@@ -5,6 +5,7 @@ Usage::
     python benchmarks/envs.py                 # full run (~2-3 min on 2 busy cores)
     python benchmarks/envs.py --quick         # smoke mode (< 1 min): numbers mean little
     python benchmarks/envs.py --threads 1 --sizes 1,16,256,4096 --seconds 5 --json out.json
+    python benchmarks/envs.py --only pursuit --devices cuda   # the CUDA rows (and the CPU single-game reference)
 
 An env step is one step of one game (so E games stepped once are E env steps). Actions are uniform
 random, drawn outside the timed env call's cost as far as possible (one tensor per batch step).
@@ -82,8 +83,6 @@ def _time_batched(env: Any, seconds: float, seed: int = 0) -> tuple[int, float, 
 
 def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Pursuit: ``PursuitEnv`` (one game, numpy) vs ``VecPursuitEnv`` at each E, on CPU and CUDA if present."""
-    import torch
-
     from suPER.envs.pursuit import PursuitEnv
     from suPER.envs.vec_pursuit import VecPursuitEnv
 
@@ -92,8 +91,7 @@ def bench_pursuit(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows.append({"env": "pursuit", "impl": "PursuitEnv (single game)", "device": "cpu", "E": 1,
                  "env_steps": steps, "seconds": wall, "cpu_seconds": cpu, "env_steps_per_sec": steps / wall,
                  "env_steps_per_cpu_sec": steps / cpu})
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and not args.cpu_only else [])
-    for dev in devices:
+    for dev in args.devices:
         for e in args.sizes:
             env = VecPursuitEnv(PURSUIT, e, device=dev)
             steps, wall, cpu = _time_batched(env, args.seconds)
@@ -154,11 +152,11 @@ def bench_evaluation(args: argparse.Namespace) -> list[dict[str, Any]]:
     from eval_batch import eval_speedup
 
     rows = []
-    for name in args.eval_envs:
-        r = eval_speedup(name, args.eval_episodes, args.eval_horizon)
+    for name, dev in [(n, d) for d in args.devices for n in args.eval_envs if d == "cpu" or n == "pursuit"]:
+        r = eval_speedup(name, args.eval_episodes, args.eval_horizon, device=dev)
         for how in ("sequential", "batched"):
             rows.append({"env": f"evaluation: {name}", "impl": f"{how} ({args.eval_episodes} episodes)",
-                         "device": "cpu", "E": args.eval_episodes if how == "batched" else 1,
+                         "device": dev if how == "batched" else "cpu", "E": args.eval_episodes if how == "batched" else 1,
                          "env_steps": int(r[f"{how}_steps"]), "seconds": r[f"{how}_s"],
                          "cpu_seconds": r[f"{how}_cpu_s"], "env_steps_per_sec": r[f"{how}_steps"] / r[f"{how}_s"],
                          "env_steps_per_cpu_sec": r[f"{how}_steps"] / r[f"{how}_cpu_s"]})
@@ -258,6 +256,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: 'one core')")
     p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHES)}")
     p.add_argument("--cpu-only", action="store_true", help="skip CUDA even when present")
+    p.add_argument("--devices", default=None, help="comma-separated devices of the batched pursuit rows and of the "
+                   "batched side of pursuit's evaluation (default: cpu, and cuda when present; e.g. cuda for the "
+                   "GPU rows alone: the single-game CPU row stays as the reference)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     p.add_argument("--eval-envs", default=None,
                    help="envs of the evaluation benchmark (default pursuit,battle,adversarial_pursuit; quick pursuit)")
@@ -279,6 +280,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.devices is None:
+        args.devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and not args.cpu_only else [])
+    else:
+        args.devices = [d for d in args.devices.split(",") if d]
+        if "cuda" in args.devices and not torch.cuda.is_available():
+            p.error("--devices cuda: no CUDA device here")
     names = [s for s in args.only.split(",") if s] or list(BENCHES)
     unknown = set(names) - set(BENCHES)
     if unknown:

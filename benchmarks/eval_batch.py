@@ -25,8 +25,10 @@ apart at most, on whatever load the machine has.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -41,35 +43,57 @@ from suPER.models import BatchedQNet
 ENVS = C.ENV_NAMES
 
 
-def greedy_act(cfg: C.ExperimentConfig, spec) -> object:
-    """The native DDQN trainer's evaluation act (independent learners, P = N) on a fresh paper network."""
+def paper_net(cfg: C.ExperimentConfig, spec) -> BatchedQNet:
+    """A fresh paper network of the native DDQN trainer (independent learners, P = N), on CPU."""
     d = cfg.dqn
+    return BatchedQNet(spec.n_agents, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
+                       hiddens=d.hiddens)
+
+
+def greedy_act(cfg: C.ExperimentConfig, spec, device: str = "cpu", net: BatchedQNet | None = None) -> object:
+    """The native DDQN trainer's evaluation act on ``net`` (default a fresh ``paper_net``), copied to ``device``.
+
+    On CPU it returns numpy actions; on another device (the CUDA evaluation of benchmarks/device_check.sh) the
+    network lives there and the actions stay there as a tensor, so a device-resident env never copies
+    observations or actions through the host (``play_episodes`` still reads rewards back per step).
+    """
     n = spec.n_agents
-    net = BatchedQNet(n, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens).eval()
+    net = copy.deepcopy(net if net is not None else paper_net(cfg, spec)).to(device).eval()
 
     @torch.no_grad()
     def act(obs_ENO, alive_EN):
         e = obs_ENO.shape[0]
-        q = net(torch.as_tensor(obs_ENO).reshape(e, n, *spec.obs_shape).transpose(0, 1))
-        return q.argmax(-1).T.numpy()
+        q = net(torch.as_tensor(obs_ENO, device=device).reshape(e, n, *spec.obs_shape).transpose(0, 1))
+        a_EN = q.argmax(-1).T
+        return a_EN.numpy() if device == "cpu" else a_EN
 
     return act
 
 
-def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> dict[str, float]:
-    """Seconds for ``episodes`` seeded evaluation episodes sequential vs batched, and their ratio."""
+def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1, device: str = "cpu") -> dict[str, float]:
+    """Seconds for ``episodes`` seeded evaluation episodes sequential vs batched, and their ratio.
+
+    The sequential side is always the CPU one (one game, the network on CPU: what an evaluation did before
+    batching); ``device`` places the batched side (pursuit's ``VecPursuitEnv`` and the network; a MAgent
+    lockstep batch is a CPU batch whatever ``device`` says, so only its network moves).
+    """
     torch.manual_seed(seed)
     cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
     single = make_env(cfg.env, seed=seed)
-    batch = make_eval_batch(cfg.env, episodes, seed=seed)
+    batch = make_eval_batch(cfg.env, episodes, seed=seed, device=device)
     try:
-        act = greedy_act(cfg, single.spec)
+        net = paper_net(cfg, single.spec)  # the same weights on both sides
+        act = greedy_act(cfg, single.spec, net=net)
+        act_batch = act if device == "cpu" else greedy_act(cfg, single.spec, device, net=net)
         t0, c0 = time.perf_counter(), time.process_time()
         seq = play_episodes(single, act, seeds)
         t_seq, c_seq = time.perf_counter() - t0, time.process_time() - c0
+        if device.startswith("cuda"):  # warm-up: CUDA context, kernels' first launch (not timed)
+            play_episodes(batch, act_batch, seeds[:1])
+            torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
-        bat = play_episodes(batch, act, seeds)
+        bat = play_episodes(batch, act_batch, seeds)
         t_bat, c_bat = time.perf_counter() - t0, time.process_time() - c0
     finally:
         single.close()
@@ -84,7 +108,8 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1) -> d
            "identical_episodes": same}
     how = ("other episodes: the vectorized env draws from a hash, same distribution" if env_name == "pursuit" else
            f"identical episodes {same:.0%} (float32 forwards round differently by batch size)")
-    print(f"eval speedup batched/sequential ({env_name}): {out['speedup']:.2f}x   "
+    where = "" if device == "cpu" else f", batched on {device}"
+    print(f"eval speedup batched/sequential ({env_name}{where}): {out['speedup']:.2f}x   "
           f"(per env step, wall; {out['cpu_speedup']:.2f}x in CPU time; {episodes} episodes, {int(out['steps'])} + "
           f"{int(bat.length_K.sum())} env steps: sequential {t_seq:.1f} s, batched {t_bat:.1f} s; {how})", flush=True)
     return out
@@ -120,7 +145,12 @@ def main() -> None:
                    help="env steps of the measured paper-protocol pursuit run (0 = skip it)")
     p.add_argument("--train-steps", type=int, default=None, help=argparse.SUPPRESS)  # old name of --run-steps
     p.add_argument("--envs", default=",".join(ENVS))
+    p.add_argument("--device", default="cpu", help="device of the batched side (pursuit's env and the network; "
+                   "e.g. cuda); the sequential side stays on CPU")
     a = p.parse_args()
+    if a.device != "cpu" and not torch.cuda.is_available():
+        print(f"benchmarks/eval_batch.py: --device {a.device}: no CUDA device here", file=sys.stderr)
+        raise SystemExit(2)
     if a.train_steps is not None:
         a.run_steps = a.train_steps
     # the paper's density: 200 evaluations of 20 x 500-step episodes over 800k env steps
@@ -134,7 +164,7 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; torch threads 1")
-    results = {name: eval_speedup(name, a.episodes, a.horizon) for name in a.envs.split(",")}
+    results = {name: eval_speedup(name, a.episodes, a.horizon, device=a.device) for name in a.envs.split(",")}
     if "pursuit" in results and a.run_steps > 0:
         r = paper_run_share(a.run_steps, interval, run_episodes, run_horizon, eval_batch=run_episodes)
         speedup = results["pursuit"]["speedup"]

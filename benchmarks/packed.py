@@ -5,6 +5,7 @@ Usage::
     python benchmarks/packed.py                 # R = 1, 2, 4, 8 on CPU (+ CUDA when present), paper pursuit
     python benchmarks/packed.py --quick         # smoke mode (< 2 min): R = 1, 2, tiny budget, numbers mean nothing
     python benchmarks/packed.py --runs 1 2 4 --steps 400
+    python benchmarks/packed.py --devices cuda --packed-only --runs 1 8 39 --steps 2000   # the GPU pack alone
 
 Both sides train the same R configs (paper pursuit: 8 pursuers, 30 evaders, 16x16, the paper's conv dueling
 network, batch 32, one update per 4-step fragment; seeds 1..R; learning starts at step 40 so the budget is
@@ -55,17 +56,28 @@ def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens
 
 
 class Clock:
-    """Progress callback: the time and env steps of the first fragment and of the last one."""
+    """Progress callback: the time and env steps of the first fragment and of the last one.
 
-    def __init__(self) -> None:
+    With ``report_every`` > 0 it also prints the rate so far every that many seconds (``runs`` x env steps per
+    run since the first fragment / seconds), so a run stopped by a timeout (benchmarks/device_check.sh) still
+    leaves a number.
+    """
+
+    def __init__(self, report_every: float = 0.0, runs: int = 1) -> None:
         self.first: tuple[float, float, int] | None = None
         self.last: tuple[float, float, int] = (0.0, 0.0, 0)
+        self.report_every, self.runs, self._reported_at = report_every, runs, 0.0
 
     def __call__(self, env_steps: int, stats: dict[str, float]) -> None:
         now = (time.perf_counter(), time.process_time(), env_steps)
         if self.first is None:
-            self.first = now
+            self.first, self._reported_at = now, now[0]
         self.last = now
+        if self.report_every > 0 and now[0] - self._reported_at >= self.report_every:
+            self._reported_at = now[0]
+            wall, _, steps = self.rate()
+            print(f"  progress: {steps} env steps per run in {wall:.1f} s: {self.runs * steps / wall:,.0f} aggregate "
+                  f"env-steps/s so far", flush=True)
 
     def rate(self) -> tuple[float, float, int]:
         """(wall seconds, CPU seconds of this process, env steps) from the end of the first fragment to the
@@ -103,14 +115,15 @@ def separate(r: int, steps: int, device: str, hiddens: int) -> tuple[float, floa
     return total / max(x["train_s"] for x in results), total / sum(x["cpu_s"] for x in results)
 
 
-def packed(r: int, steps: int, device: str, hiddens: int, threads: int = 1) -> tuple[float, float]:
+def packed(r: int, steps: int, device: str, hiddens: int, threads: int = 1,
+           report_every: float = 0.0) -> tuple[float, float]:
     """(aggregate env-steps/s, env steps per CPU-second) of one pack of r runs."""
     from suPER.native.packed import train_pack
     from suPER.runs import RunFolder
 
     with tempfile.TemporaryDirectory() as tmp:
         cfgs = [make_cfg(seed, steps, device, threads, tmp, hiddens) for seed in range(1, r + 1)]
-        clock = Clock()
+        clock = Clock(report_every, r)
         out = train_pack(cfgs, [RunFolder(Path(tmp) / c.run_name) for c in cfgs], progress=clock)
     for s in out:
         if isinstance(s, BaseException):
@@ -127,9 +140,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smoke mode: R = 1, 2, 80 steps, hiddens 32")
     ap.add_argument("--pack-threads", type=int, default=1, help="torch threads of the pack (default 1: on a busy "
                     "2-core machine 2 threads measured 7x slower)")
+    ap.add_argument("--progress-every", type=float, default=0.0, help="with --packed-only: print the pack's rate so "
+                    "far every this many seconds (default 0: never)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    ap.add_argument("--devices", default=None, help="comma-separated devices to measure (default: cpu, and cuda when "
+                    "present)")
+    ap.add_argument("--packed-only", action="store_true", help="measure the pack alone, no separate processes (on a "
+                    "GPU, R separate processes would each hold a CUDA context: not the comparison of interest)")
     args = ap.parse_args()
     if args.worker is not None:
         worker(args.worker, args.steps, args.device, args.hiddens)
@@ -139,11 +158,31 @@ def main() -> None:
     import torch
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+    if args.devices is not None:
+        devices = [d for d in args.devices.split(",") if d]
+        if "cuda" in devices and not torch.cuda.is_available():
+            print("benchmarks/packed.py: --devices cuda: no CUDA device here", file=sys.stderr)
+            raise SystemExit(2)
+    gpu = f", {torch.cuda.get_device_name()}" if any(d.startswith("cuda") for d in devices) else ""
+    print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}, torch "
           f"{torch.__version__}, {args.steps} env steps per run, hiddens {args.hiddens}")
     results = []
     for device in devices:
         for r in args.runs:
+            if args.packed_only:
+                if device.startswith("cuda"):
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads, args.progress_every)
+                wall = time.perf_counter() - t0
+                peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+                results.append({"R": r, "device": device, "packed_sps": pk, "packed_steps_per_cpu_s": pk_cpu,
+                                "call_s": wall, "peak_gib": peak})
+                mem = "" if peak is None else f"; peak device memory {peak:.2f} GiB"
+                print(f"packed aggregate throughput (R={r}, {device}): {pk:,.0f} env-steps/s   (per CPU-second "
+                      f"{pk_cpu:,.0f}; {r} x {args.steps} env steps, {wall:.1f} s with setup and evaluations{mem})",
+                      flush=True)
+                continue
             sep, sep_cpu = separate(r, args.steps, device, args.hiddens)
             pk, pk_cpu = packed(r, args.steps, device, args.hiddens, args.pack_threads)
             results.append({"R": r, "device": device, "packed_sps": pk, "separate_sps": sep, "ratio": pk / sep,

@@ -29,13 +29,11 @@ must share one observation shape and action count (adversarial pursuit needs ``p
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, ClassVar
 
 import numpy as np
-from magent2.environments import adversarial_pursuit_v4, battle_v4
-from magent2.environments.adversarial_pursuit import adversarial_pursuit as _adversarial_pursuit_module
-from magent2.environments.battle import battle as _battle_module
 
 from suPER.envs.base import EnvSpec, OpponentPolicy, RandomOpponent, StepResult
 from suPER.envs.record import EnvRecord
@@ -51,17 +49,25 @@ class MAgentEnv:
 
     record: ClassVar[EnvRecord]
     """the env's facts (``suPER.envs.record``); ``record.name`` is the registry key"""
-    library: ClassVar[Any]
-    """the magent2 env module (``parallel_env``, ``default_reward_args``)"""
+    library_module: ClassVar[str]
+    """dotted name of the magent2 env module (``parallel_env``, ``default_reward_args``), imported on first use
+    (``library``), so ``import suPER.envs`` needs no magent2: pursuit-only code (the GPU device check,
+    benchmarks/device_check.sh) runs where magent2 is not installed"""
     team: ClassVar[str]
     """id prefix of the learning team"""
     opponent_team: ClassVar[str]
     """id prefix of the fixed opponent team"""
 
     @classmethod
+    def library(cls) -> Any:
+        """The magent2 env module named by ``library_module`` (imported here, not at module level)."""
+        return importlib.import_module(cls.library_module)
+
+    @classmethod
     def constructor_kwargs(cls) -> set[str]:
         """Argument names of the magent2 ``parallel_env`` plus its reward arguments (``default_reward_args``)."""
-        return set(inspect.signature(cls.library.parallel_env).parameters) | set(cls.library.default_reward_args)
+        lib = cls.library()
+        return set(inspect.signature(lib.parallel_env).parameters) | set(lib.default_reward_args)
 
     def __init__(
         self,
@@ -309,12 +315,12 @@ class BattleEnv(MAgentEnv):
                        "has 0); equal numbers are a tie",
         # about an hour on 2 shared cores at 1 torch thread (~17 env steps/s for 12 learners, docs/decisions.md)
         opponent_train_budget=60_000)
-    library = _battle_module
+    library_module = "magent2.environments.battle.battle"
     team = "blue"
     opponent_team = "red"
 
     def _make_parallel_env(self, **kwargs: Any) -> Any:
-        return battle_v4.parallel_env(**kwargs)
+        return self.library().parallel_env(**kwargs)
 
 
 class AdversarialPursuitEnv(MAgentEnv):
@@ -326,9 +332,9 @@ class AdversarialPursuitEnv(MAgentEnv):
         win_definition="the predators win an episode when their team return is positive (tags, +1 each, "
                        "outweigh the -0.2 of every tag action), lose when it is negative, tie at 0",
         opponent_train_budget=60_000)
-    library = _adversarial_pursuit_module
+    library_module = "magent2.environments.adversarial_pursuit.adversarial_pursuit"
     team = "prey"
     opponent_team = "predator"
 
     def _make_parallel_env(self, **kwargs: Any) -> Any:
-        return adversarial_pursuit_v4.parallel_env(**kwargs)
+        return self.library().parallel_env(**kwargs)
