@@ -46,12 +46,12 @@ ENVS = ("pursuit", "battle", "adversarial_pursuit")
 # CPU-seconds per unit, one core, 1 torch thread; measured by `python benchmarks/cost_model.py --measure`
 # (docs/performance.md: machine, load, commit). Replaced by fresh numbers with --measure.
 MEASURED: dict[str, dict[str, float]] = {
-    "pursuit": {"c_step": 3.143e-3, "u": 2.881e-4, "c_eval": 4.976e-4},
-    "battle": {"c_step": 8.424e-3, "u": 1.1857e-3, "c_eval": 2.510e-3},
-    "adversarial_pursuit": {"c_step": 7.005e-3, "u": 5.890e-4, "c_eval": 1.565e-3},
+    "pursuit": {"c_step": 2.175e-3, "u": 2.302e-4, "c_eval": 3.467e-4},
+    "battle": {"c_step": 7.319e-3, "u": 7.982e-4, "c_eval": 1.894e-3},
+    "adversarial_pursuit": {"c_step": 5.011e-3, "u": 4.560e-4, "c_eval": 1.270e-3},
 }
-"""``--measure`` at commit 7e3a05d, 2026-12-01 16:35 UTC, 2-core AMD EPYC VM at load average ~8 (two
-helpers and the niced Figure 1 campaign), process CPU time (docs/performance.md)."""
+"""``--measure`` at commit c2df50e, 2026-12-01 18:05 UTC, the 2-core AMD EPYC VM with nothing else running
+(load ~2 from the measurement before it; the campaign paused), process CPU time (docs/performance.md)."""
 C_REPLAY = {"pursuit": (2.2 + 4.4) * 1e-3, "battle": (2.4 + 1.9) * 1e-3, "adversarial_pursuit": (2.1 + 2.3) * 1e-3}
 """one fragment's adds + one sample and priority update, plain layout (benchmarks/README.md, replay_memory.py)"""
 C_BASE = {"seac": 5.7 * 60 / 100_000, "qmix": 8.2 * 60 / 100_000, "maddpg": 17.5 * 60 / 100_000}
