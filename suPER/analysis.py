@@ -18,6 +18,11 @@ Every number starts from each run's *final score*: the mean of its last 10% of e
   configuration), as rliable resamples runs within each task. Only configurations present in every env
   are aggregated.
 
+* **campaign notes** (per env and configuration, what a reviewer checks before trusting a final score):
+  *still rising at the budget's end* when every finished run's mean over its last 10% of evaluations is
+  above its mean over the 10% before them (``rise``, at least two runs); *seeds diverge* when the range of
+  the runs' final scores exceeds half the env's normalized scale (``best - random``, as above).
+
 Random-policy returns are measured once per env configuration with ``evaluation.random_team_return``
 (20 episodes, seeded) and cached in ``<figures>/random_returns.json`` keyed by the env config.
 """
@@ -121,6 +126,66 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
                              "probability_of_improvement": float(probability_of_improvement(x, y)),
                              "poi_ci_low": float(plo), "poi_ci_high": float(phi), "verdict": verdict(float(lo), float(hi))})
     return rows
+
+
+NOTE_COLUMNS = ("env", "configuration", "runs", "final_mean", "final_range", "final_range_normalized",
+                "rise_min", "rise_mean", "still_rising", "seeds_diverge")
+DIVERGE_RANGE = 0.5
+"""``seeds diverge``: the range of a configuration's final scores exceeds this share of ``best - random``."""
+
+
+def rise(curve: RunCurve, last_fraction: float = 0.1) -> float:
+    """Mean of the last ``k = ceil(last_fraction * K)`` evaluations minus the mean of the ``k`` before them.
+
+    Positive when the curve still climbs at the budget's end; NaN with fewer than ``2 k`` evaluations.
+    """
+    k = max(1, int(np.ceil(last_fraction * len(curve.values))))
+    if len(curve.values) < 2 * k:
+        return float("nan")
+    return float(curve.values[-k:].mean() - curve.values[-2 * k:-k].mean())
+
+
+def campaign_notes(curves: Sequence[RunCurve], info: dict[str, dict[str, Any]],
+                   last_fraction: float = 0.1) -> list[dict[str, Any]]:
+    """One row per (env, configuration) of finished runs (``NOTE_COLUMNS``): the final scores' mean and range
+    (raw and over ``best - random`` from ``normalize``'s ``info``), each run's ``rise``, and the two flags.
+
+    ``still_rising``: every run rises (at least two runs). ``seeds_diverge``: normalized range > ``DIVERGE_RANGE``
+    (NaN scale, e.g. no random return, leaves it False).
+    """
+    rows: list[dict[str, Any]] = []
+    for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
+        scores = plotting.final_scores(group, last_fraction)
+        rises = np.array([rise(c, last_fraction) for c in group])
+        env_info = info.get(env, {})
+        scale = (env_info["best"] - env_info["random"]) if env_info.get("random") is not None else float("nan")
+        spread = float(scores.max() - scores.min())
+        spread_norm = spread / scale if scale and scale > 0 else float("nan")
+        finite = rises[np.isfinite(rises)]
+        rows.append({"env": env, "configuration": label, "runs": len(group), "final_mean": float(scores.mean()),
+                     "final_range": spread, "final_range_normalized": spread_norm,
+                     "rise_min": float(finite.min()) if finite.size else float("nan"),
+                     "rise_mean": float(finite.mean()) if finite.size else float("nan"),
+                     "still_rising": bool(len(group) >= 2 and finite.size == len(group) and (finite > 0).all()),
+                     "seeds_diverge": bool(np.isfinite(spread_norm) and spread_norm > DIVERGE_RANGE)})
+    return rows
+
+
+def write_notes(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "notes") -> tuple[Path, Path]:
+    """``<stem>.csv`` and ``<stem>.md``: the campaign notes, flagged rows first in each env."""
+    csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
+    _write_csv(csv_path, rows, NOTE_COLUMNS)
+    lines = ["| env | configuration | runs | final mean | final range (of best - random) | rise min / mean | "
+             "still rising | seeds diverge |", "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["env"], not (r["still_rising"] or r["seeds_diverge"]), r["configuration"])):
+        lines.append(f"| {r['env']} | {r['configuration']} | {r['runs']} | {_fmt(r['final_mean'])} | "
+                     f"{_fmt(r['final_range'])} ({_fmt(r['final_range_normalized'])}) | {_fmt(r['rise_min'])} / "
+                     f"{_fmt(r['rise_mean'])} | {'yes' if r['still_rising'] else 'no'} | "
+                     f"{'yes' if r['seeds_diverge'] else 'no'} |")
+    lines += ["", f"rise: mean of a run's last 10% of evaluations minus the 10% before; still rising = every run "
+              f"rises; seeds diverge = range of final scores > {DIVERGE_RANGE} x (best - random) of the env."]
+    atomic_write_text(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -368,8 +433,8 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1
         name: file stem prefix (``<name>_claims.md``, ``<name>_aggregate.png``, ...).
 
     Returns:
-        Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, and (when an env could be
-        normalized) aggregate_png, aggregate_svg.
+        Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, notes_csv, notes_md, and (when an
+        env could be normalized) aggregate_png, aggregate_svg.
     """
     out_dir = Path(out_dir)
     prefix = f"{name}_" if name else ""
@@ -381,6 +446,8 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1
     norm, info = normalize(scores, random)
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
+    paths["notes_csv"], paths["notes_md"] = write_notes(campaign_notes(curves, info, last_fraction), out_dir,
+                                                        f"{prefix}notes")
     if agg["configurations"]:  # else the markdown says why no env could be normalized
         paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate")
     return paths

@@ -201,3 +201,22 @@ def test_marl_eval_rejects_commas_and_unwritable_paths(tmp_path: Path) -> None:
     res = run_cli("plot", str(root), "--marl-eval", str(tmp_path / "file" / "x.json"), cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: --marl-eval: ")
+
+
+def test_campaign_notes_flag_rising_curves_and_diverging_seeds() -> None:
+    """Known answers: curves climbing to the end in every seed are 'still rising', flat ones are not, one far
+    seed makes 'seeds diverge' (range > 0.5 of best - random), and one run alone is never 'still rising'."""
+    k = np.arange(40.0)
+    curves = ([curve("e", "rising", s, k + s) for s in (1, 2, 3)]
+              + [curve("e", "flat", s, np.full(40, 30.0 + s)) for s in (1, 2, 3)]
+              + [curve("e", "split", s, np.full(40, v)) for s, v in ((1, 0.0), (2, 1.0), (3, 35.0))]
+              + [curve("e", "alone", 1, k)])
+    scores = A.scores_by_configuration(curves)
+    _, info = A.normalize(scores, {"e": 0.0})  # best = rising's mean final score (~39.5), random 0
+    notes = {r["configuration"]: r for r in A.campaign_notes(curves, info)}
+    assert notes["rising"]["still_rising"] and not notes["rising"]["seeds_diverge"]
+    assert notes["rising"]["rise_min"] == pytest.approx(4.0)  # last 4 evaluations minus the 4 before
+    assert not notes["flat"]["still_rising"] and notes["flat"]["rise_mean"] == pytest.approx(0.0)
+    assert notes["split"]["seeds_diverge"] and notes["split"]["final_range"] == pytest.approx(35.0)
+    assert not notes["alone"]["still_rising"] and notes["alone"]["runs"] == 1
+    assert np.isnan(A.rise(curve("e", "short", 1, np.array([1.0]))))
