@@ -50,13 +50,33 @@ def like(x: Any, values: Any) -> Any:
     return np.asarray(values)
 
 
-def zeros(shape: tuple[int, ...], device: Any = None) -> Any:
-    """float64 zeros: a numpy array (``device`` None) or a tensor on ``device``."""
+def zeros(shape: tuple[int, ...], device: Any = None, dtype: str = "float64") -> Any:
+    """Zeros of ``dtype`` (a name numpy and torch share): a numpy array (``device`` None) or a tensor on ``device``."""
     if device is None:
-        return np.zeros(shape, dtype=np.float64)
+        return np.zeros(shape, dtype=dtype)
     import torch
 
-    return torch.zeros(shape, dtype=torch.float64, device=device)
+    return torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+
+
+def zeros_like(x: Any) -> Any:
+    """Zeros of ``x``'s shape, dtype and kind (and device)."""
+    if is_tensor(x):
+        import torch
+
+        return torch.zeros_like(x)
+    return np.zeros_like(x)
+
+
+def concatenate(parts: Any, axis: int = 0) -> Any:
+    """Concatenate numpy arrays, or tensors (host arrays among them are moved to the first tensor's device)."""
+    tensors = [p for p in parts if is_tensor(p)]
+    if not tensors:
+        return np.concatenate(parts, axis=axis)
+    import torch
+
+    dev = tensors[0].device
+    return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
 
 
 def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.arrays import is_tensor
+from suPER.arrays import concatenate, zeros, zeros_like
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay
 from suPER.envs import StepResult, env_record, make_batched_env
@@ -240,7 +240,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
         """|TD| of [R*P, B] transitions with the current nets; one online pass covers o and o'."""
         n = obs.shape[1]
-        q_both = q_values(q_net, _cat([obs, next_obs], axis=1))
+        q_both = q_values(q_net, concatenate([obs, next_obs], axis=1))
         return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
 
     def eval_columns(run: _Run) -> dict[str, Any]:
@@ -301,7 +301,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             guarded(r, "checkpoint", run.loop.save, trainer_state(r))
 
     # ---- loop: one iteration = one rollout fragment of every run
-    obs_RNO = _zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None)
+    obs_RNO = zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None, dtype="float32")
     while any(run.active and not run.loop.done for run in runs):
         live = [r for r, run in enumerate(runs) if run.active and not run.loop.done]
         for r in live:
@@ -334,7 +334,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         if needs_td:
             parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
                      for r in range(R)]
-            stacked = [_cat([p[i] for p in parts]) for i in range(5)]
+            stacked = [concatenate([p[i] for p in parts]) for i in range(5)]
             td_t = td_errors(*stacked).reshape(R, n_agents, -1)
             td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
@@ -657,28 +657,10 @@ def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray
 
 
 def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[Any]:
-    return [_zeros_like(x) for x in frag.grouped(n_pol)]
-
-
-def _zeros_like(x: Any) -> Any:
-    return torch.zeros_like(x) if is_tensor(x) else np.zeros_like(x)
-
-
-def _cat(parts: Sequence[Any], axis: int = 0) -> Any:
-    """Concatenate numpy arrays, or tensors (device replay; host arrays among them are moved to their device)."""
-    tensors = [p for p in parts if is_tensor(p)]
-    if not tensors:
-        return np.concatenate(parts, axis=axis)
-    dev = tensors[0].device
-    return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
-
-
-def _zeros(shape: tuple[int, ...], device: torch.device | None) -> Any:
-    """float32 zeros: a numpy array, or a tensor on ``device``."""
-    return np.zeros(shape, dtype=np.float32) if device is None else torch.zeros(shape, device=device)
+    return [zeros_like(x) for x in frag.grouped(n_pol)]
 
 
 def _stack(parts: list[Any], like: Any) -> Any:
     """Concatenate per-run [P, B, ...] arrays (or tensors) along P; a stopped run's slot is zeros (zero loss weight)."""
-    zeros = _zeros_like(like)
-    return _cat([zeros if p is None else p for p in parts])
+    zeros = zeros_like(like)
+    return concatenate([zeros if p is None else p for p in parts])
