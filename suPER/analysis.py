@@ -158,9 +158,9 @@ def campaign_notes(curves: Sequence[RunCurve], info: dict[str, dict[str, Any]],
         scores = plotting.final_scores(group, last_fraction)
         rises = np.array([rise(c, last_fraction) for c in group])
         env_info = info.get(env, {})
-        scale = (env_info["best"] - env_info["random"]) if env_info.get("random") is not None else float("nan")
         spread = float(scores.max() - scores.min())
-        spread_norm = spread / scale if scale and scale > 0 else float("nan")
+        # normalize's info says whether the env has a scale (a random return the best configuration beats)
+        spread_norm = spread / (env_info["best"] - env_info["random"]) if env_info.get("used") else float("nan")
         finite = rises[np.isfinite(rises)]
         rows.append({"env": env, "configuration": label, "runs": len(group), "final_mean": float(scores.mean()),
                      "final_range": spread, "final_range_normalized": spread_norm,
@@ -171,7 +171,8 @@ def campaign_notes(curves: Sequence[RunCurve], info: dict[str, dict[str, Any]],
     return rows
 
 
-def write_notes(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "notes") -> tuple[Path, Path]:
+def write_notes(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "notes",
+                last_fraction: float = 0.1) -> tuple[Path, Path]:
     """``<stem>.csv`` and ``<stem>.md``: the campaign notes, flagged rows first in each env."""
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, NOTE_COLUMNS)
@@ -182,7 +183,8 @@ def write_notes(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "note
                      f"{_fmt(r['final_range'])} ({_fmt(r['final_range_normalized'])}) | {_fmt(r['rise_min'])} / "
                      f"{_fmt(r['rise_mean'])} | {'yes' if r['still_rising'] else 'no'} | "
                      f"{'yes' if r['seeds_diverge'] else 'no'} |")
-    lines += ["", f"rise: mean of a run's last 10% of evaluations minus the 10% before; still rising = every run "
+    pct = f"{100 * last_fraction:g}%"
+    lines += ["", f"rise: mean of a run's last {pct} of evaluations minus the {pct} before; still rising = every run "
               f"rises; seeds diverge = range of final scores > {DIVERGE_RANGE} x (best - random) of the env."]
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
@@ -447,7 +449,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
     paths["notes_csv"], paths["notes_md"] = write_notes(campaign_notes(curves, info, last_fraction), out_dir,
-                                                        f"{prefix}notes")
+                                                        f"{prefix}notes", last_fraction)
     if agg["configurations"]:  # else the markdown says why no env could be normalized
         paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate")
     return paths

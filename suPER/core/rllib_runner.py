@@ -247,9 +247,10 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
     try:
         with record.timer("startup"):
             own_ray = None if ray.is_initialized() else embedded_ray.start(num_cpus=1)
-            eval_env = make_eval_env(cfg, env_seeds(cfg)[1])
+            eval_seed = env_seeds(cfg)[1]
+            eval_env = make_eval_env(cfg, eval_seed)
             algo = build_config(cfg).build_algo()
-        return _train_loop(cfg, folder, record, algo, eval_env, env_seeds(cfg)[1])
+        return _train_loop(cfg, folder, record, algo, eval_env, eval_seed)
     finally:
         if eval_env is not None:
             eval_env.close()
