@@ -5,6 +5,7 @@ Usage::
     python benchmarks/eval_batch.py              # K = 20 episodes per env, horizon 100, a 20k-step pursuit run
     python benchmarks/eval_batch.py --quick      # smoke mode (< 1 min): K = 4, horizon 15, numbers mean nothing
     python benchmarks/eval_batch.py --envs pursuit --run-steps 0    # the speedups only
+    python benchmarks/eval_batch.py --envs none --run-steps 8000 --eval-parallel   # the run's share, forked too
 
 For each env (pursuit, battle, adversarial_pursuit, with the YAML's settings and the shipped opponents) the
 native DDQN trainer's greedy batched act on a fresh paper network plays the same K seeded episodes
@@ -20,6 +21,12 @@ pursuit run of ``--run-steps`` env steps (default 20k) with the paper's density,
 evaluation seconds / run wall seconds. The sequential share is that run with its evaluation time scaled by
 the measured pursuit speedup. Wall-clock ratios: both sides of a ratio run in the same process, minutes
 apart at most, on whatever load the machine has.
+
+With ``--eval-parallel`` the run is made twice, in-process and with ``run.eval_parallel`` (evaluations forked,
+``suPER.forked``), whose ``eval`` seconds are only the time training waited (the forks, and collecting a result
+not yet ready); one line each::
+
+    eval share of a paper-protocol pursuit run (in-process|forked): <x>%
 """
 
 from __future__ import annotations
@@ -115,7 +122,8 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1, devi
     return out
 
 
-def paper_run_share(steps: int, interval: int, episodes: int, horizon: int, eval_batch: int) -> dict[str, float]:
+def paper_run_share(steps: int, interval: int, episodes: int, horizon: int, eval_batch: int,
+                    eval_parallel: bool = False) -> dict[str, float]:
     """Measure a native DDQN pursuit run with the paper's evaluation density; return its timings.
 
     The run trains ``steps`` env steps (YAML settings, one torch thread, CPU) and evaluates every
@@ -128,7 +136,7 @@ def paper_run_share(steps: int, interval: int, episodes: int, horizon: int, eval
         cfg = C.resolve("pursuit", "ddqn", named={
             "run.num_timesteps": steps, "run.eval_interval": interval, "run.eval_episodes": episodes,
             "run.eval_batch": eval_batch, "env.horizon": horizon, "run.out": tmp, "run.progress": False,
-            "run.threads": 1, "run.device": "cpu", "run.checkpoint_replay": False})
+            "run.threads": 1, "run.device": "cpu", "run.checkpoint_replay": False, "run.eval_parallel": eval_parallel})
         s = execute(cfg)
     evals = steps // interval + 1
     t_eval = s.timings.get("eval", 0.0)
@@ -144,7 +152,9 @@ def main() -> None:
     p.add_argument("--run-steps", type=int, default=20_000,
                    help="env steps of the measured paper-protocol pursuit run (0 = skip it)")
     p.add_argument("--train-steps", type=int, default=None, help=argparse.SUPPRESS)  # old name of --run-steps
-    p.add_argument("--envs", default=",".join(ENVS))
+    p.add_argument("--envs", default=",".join(ENVS), help="envs of the speedup lines (none: skip them)")
+    p.add_argument("--eval-parallel", action="store_true",
+                   help="make the paper-protocol run in-process and with run.eval_parallel (forked), and compare")
     p.add_argument("--device", default="cpu", help="device of the batched side (pursuit's env and the network; "
                    "e.g. cuda); the sequential side stays on CPU")
     a = p.parse_args()
@@ -164,8 +174,17 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; torch threads 1")
-    results = {name: eval_speedup(name, a.episodes, a.horizon, device=a.device) for name in a.envs.split(",")}
-    if "pursuit" in results and a.run_steps > 0:
+    names = [] if a.envs == "none" else a.envs.split(",")
+    results = {name: eval_speedup(name, a.episodes, a.horizon, device=a.device) for name in names}
+    if a.run_steps > 0 and a.eval_parallel:
+        for forked in (False, True):
+            r = paper_run_share(a.run_steps, interval, run_episodes, run_horizon, run_episodes, eval_parallel=forked)
+            how = "forked" if forked else "in-process"
+            print(f"eval share of a paper-protocol pursuit run ({how}): {r['share']:.1%}   ({a.run_steps} env steps, "
+                  f"{r['evaluations']} evaluations of {run_episodes} x {run_horizon}-step episodes: training waited "
+                  f"{r['eval_s']:.1f} s of {r['wall_s']:.0f} s wall; training {r['train_sps']:.0f} env steps/s)",
+                  flush=True)
+    elif "pursuit" in results and a.run_steps > 0:
         r = paper_run_share(a.run_steps, interval, run_episodes, run_horizon, eval_batch=run_episodes)
         speedup = results["pursuit"]["speedup"]
         seq_eval = r["eval_s"] * speedup

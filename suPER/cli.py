@@ -53,7 +53,7 @@ PAPER_SETTINGS = {
 """Paper flag -> dotted config key (passed as ``--set key=value``)."""
 
 PAPER_IGNORED = {
-    "--ray_plain_init": 0, "--ray_local_mode": 0, "--eval_in_parallel": 0, "--num_cpus": 1, "--framework": 1,
+    "--ray_plain_init": 0, "--ray_local_mode": 0, "--num_cpus": 1, "--framework": 1,
     "--ray_address": 1, "--suPER_insertion_method": 1, "--suPER_td_error_method": 1,
     "--suPER_broadcast_heuristic": 1, "--evaluation": 1, "--experiment_name": 1, "--fully_connected": 1,
     "--parameter_tunning": 1, "--config_file": 1,
@@ -130,6 +130,9 @@ def translate_paper_args(argv: list[str], typed: dict[str, str] | None = None) -
             typed.update({"--set dqn.batch_size": flag, "--set dqn.rollout_fragment_length": flag})
         elif flag == "--battle_advpursuit_against_pretrained":
             out += ["--opponent", "pretrained"]
+        elif flag == "--eval_in_parallel":  # the original's evaluation parallel to training
+            out.append("--eval-parallel")
+            typed["--eval-parallel"] = flag
         elif flag in PAPER_RENAMES:
             out += [PAPER_RENAMES[flag], value()]
             typed[PAPER_RENAMES[flag]] = flag
@@ -173,6 +176,9 @@ def train(
     buffer_size: Annotated[int | None, typer.Option("--buffer-size", help="replay capacity per agent")] = None,
     eval_interval: Annotated[int | None, typer.Option("--eval-interval", help="env steps between evaluations")] = None,
     eval_episodes: Annotated[int | None, typer.Option("--eval-episodes", help="greedy episodes per evaluation")] = None,
+    eval_parallel: Annotated[bool | None, typer.Option(
+        "--eval-parallel/--no-eval-parallel", help="evaluate in a forked process while training goes on (one more "
+        "core; same rows; paper: --eval_in_parallel)")] = None,
     super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True)")] = False,
     super_mode: Annotated[str | None, typer.Option("--super-mode", help=f"selection rule: {modes_help()} (rule parameters: --set relay.<param>, e.g. {_RULE_PARAMS_HELP})")] = None,
     bandwidth: Annotated[float | None, typer.Option(help="fraction of fresh transitions relayed, in [0, 1]")] = None,
@@ -221,6 +227,7 @@ def train(
              "wandb_group": wandb_group, "wandb_mode": wandb_mode, "super": super_,
              "parameter_sharing": parameter_sharing, "num_timesteps": num_timesteps, "lr": lr,
              "buffer_size": buffer_size, "eval_interval": eval_interval, "eval_episodes": eval_episodes,
+             "eval_parallel": eval_parallel,
              "super_mode": super_mode, "bandwidth": bandwidth, "window": window, "team": team,
              "insertion_priority": insertion_priority, "opponent": opponent, "model": model,
              "opponent_epsilon": opponent_epsilon, "allow_pickle": allow_pickle or None, "quick": quick,

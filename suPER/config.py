@@ -320,6 +320,11 @@ class RunConfig:
     eval_batch: int = 20
     """evaluation games played together in lockstep, one batched policy call per step (capped at
     eval_episodes); 0 = sequential, one episode at a time on one env (same episodes, for comparison)"""
+    eval_parallel: bool = False
+    """evaluate off the training process (the original's --eval_in_parallel): each evaluation plays its episodes
+    in a forked child, a snapshot of the trainer at the evaluation step, while training goes on; the same rows as
+    in-process evaluation, one more core busy. CPU networks on Linux only (elsewhere evaluation stays in-process);
+    packed runs evaluate in-process (``suPER.forked``, docs/decisions.md)"""
     out: str = "runs"
     """parent folder of run folders"""
     name: str = ""
@@ -521,7 +526,8 @@ else:
 
 FLAG_KEYS: dict[str, str] = {
     "num_timesteps": "run.num_timesteps", "eval_interval": "run.eval_interval",
-    "eval_episodes": "run.eval_episodes", "tag": "run.tag", "device": "run.device", "threads": "run.threads",
+    "eval_episodes": "run.eval_episodes", "eval_parallel": "run.eval_parallel", "tag": "run.tag",
+    "device": "run.device", "threads": "run.threads",
     "wandb": "run.wandb", "wandb_project": "run.wandb_project", "wandb_group": "run.wandb_group",
     "wandb_mode": "run.wandb_mode",
     "parameter_sharing": "dqn.parameter_sharing", "lr": "dqn.lr", "buffer_size": "dqn.buffer_size",
@@ -876,7 +882,7 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
-                     "checkpoint_replay", "replay_layout", "replay_device", "eval_batch")
+                     "checkpoint_replay", "replay_layout", "replay_device", "eval_batch", "eval_parallel")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
 
 

@@ -30,6 +30,13 @@ writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of 
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
 time excluded), ``wall_time_s`` and whatever the trainer adds.
 
+With ``run.eval_parallel`` an evaluation is forked (``suPER.forked``): the child plays the same seeded episodes
+on a snapshot of the trainer while the parent trains on; its row is appended when it has finished (polled by
+``tick``, awaited by the next ``evaluate``, by ``save`` and by ``finish``), with the env steps, trainer columns
+and throughput of the evaluation step. At most one evaluation is in flight, so rows stay in order, and a
+checkpoint is written only after the row of every evaluation before it, so a resume still logs each evaluation
+exactly once (a run killed while an evaluation is in flight redoes that interval).
+
 Checkpoints: ``save(state)`` writes ``checkpoints/latest.pt`` atomically with the trainer's state plus
 the loop's counters, torch's RNG, bookkeeping and a copy of the metrics rows written so far;
 ``restore()`` reads it back when the folder holds one (``suPER.campaigns.execute`` checks it with
@@ -45,6 +52,7 @@ import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +70,7 @@ from suPER.evaluation import (
     evaluate_episodes,
     make_eval_batch,
 )
+from suPER.forked import ForkedCall, fork_supported
 from suPER.runs import (
     CSVMetrics,
     Logger,
@@ -259,8 +268,20 @@ class RunRecord:
             seeds = episode_seeds(eval_seed, len(self.metrics.rows), episodes)
             return evaluate_episodes(eval_env, act, seeds, on_reset)
 
+    def fork_evaluation(self, eval_env: MultiAgentEnv | BatchedMultiAgentEnv, eval_seed: int, episodes: int,
+                        act: BatchActFn, on_reset: BatchResetFn | None, env_steps: int) -> ForkedCall:
+        """``evaluate`` in a forked child (``suPER.forked``): the same episodes, on a snapshot of the caller.
+
+        The parent's ``eval`` time is the fork itself; the caller keeps the ``ForkedCall`` and appends its row
+        when it is done (``row(..., at=...)``).
+        """
+        seeds = episode_seeds(eval_seed, len(self.metrics.rows), episodes)
+        with self.timer("eval"):
+            return ForkedCall(lambda: evaluate_episodes(eval_env, act, seeds, on_reset),
+                              f"evaluation at env step {env_steps}")
+
     def row(self, env_steps: int, result: EvalResult, learner_ids: Sequence[str], train_return: float,
-            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+            extra: dict[str, Any] | None = None, at: tuple[float, float] | None = None) -> dict[str, Any]:
         """Append one metrics.csv row and log it (namespaced, with the timings).
 
         Columns, in order: ``env_steps``, ``EvalResult.as_row``, ``train_return_mean``, the trainer's
@@ -272,15 +293,17 @@ class RunRecord:
             learner_ids: the learning team's agent ids (per-agent return columns).
             train_return: mean team return of recent training episodes (NaN before the first one).
             extra: trainer columns (loss, epsilon, relay statistics, ...).
+            at: ``(elapsed, overhead)`` seconds when the evaluation started, for a row appended later (a
+                forked evaluation); default now.
 
         Returns:
             The row written.
         """
-        elapsed = self.elapsed()
+        elapsed, overhead = at if at is not None else (self.elapsed(), self.overhead())
         row: dict[str, Any] = {"env_steps": env_steps, **result.as_row(learner_ids)}
         row["train_return_mean"] = train_return
         row.update(extra or {})
-        row["env_steps_per_sec"] = self.throughput(env_steps, elapsed)
+        row["env_steps_per_sec"] = env_steps / max(elapsed - overhead, 1e-9)
         row["wall_time_s"] = elapsed
         self.metrics.append(row)
         self.logger.log(namespaced_metrics(row, self.timer.total), step=env_steps)
@@ -339,10 +362,15 @@ class RunLoop:
         env_steps: env steps taken so far, summed over the training envs.
         timer: wall time per phase; ``eval`` and ``checkpoint`` are excluded from the throughput.
         last_eval: the latest metrics row.
+        eval_parallel: evaluations are forked (``run.eval_parallel`` where ``forked.fork_supported``).
+
+    Args:
+        allow_eval_parallel: False makes ``run.eval_parallel`` evaluate in-process (packed runs: their runs
+            must checkpoint at the same env steps).
     """
 
     def __init__(self, cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None,
-                 progress: ProgressFn | None = None, num_envs: int = 1) -> None:
+                 progress: ProgressFn | None = None, num_envs: int = 1, allow_eval_parallel: bool = True) -> None:
         run = cfg.run
         self.cfg, self.folder = cfg, folder
         self.device = start_run(run)
@@ -362,6 +390,8 @@ class RunLoop:
         self.train_returns: deque[float] = deque(maxlen=20)
         self.checkpoint_due = False
         self._resumed = False
+        self.eval_parallel = bool(run.eval_parallel and allow_eval_parallel and fork_supported(self.device))
+        self._pending: _PendingEvaluation | None = None
 
     # ---- schedule
 
@@ -371,8 +401,13 @@ class RunLoop:
         return self.env_steps >= self.cfg.run.num_timesteps
 
     def tick(self, n: int = 1) -> bool:
-        """Count ``n`` env steps; True when an evaluation is due (``evaluate`` then moves the schedule on)."""
+        """Count ``n`` env steps; True when an evaluation is due (``evaluate`` then moves the schedule on).
+
+        Also appends the row of a forked evaluation that has finished (``run.eval_parallel``).
+        """
         self.env_steps += n
+        if self._pending is not None and self._pending.call.ready():
+            self.collect_evaluation()
         return self.env_steps >= self.next_eval
 
     def episode_finished(self, team_return: float) -> None:
@@ -408,12 +443,37 @@ class RunLoop:
             on_reset: called with E when E evaluation episodes start (recurrent policies reset their state).
 
         Returns:
-            The row written to metrics.csv.
+            The row written to metrics.csv; None when the evaluation was forked (``eval_parallel``: its row is
+            appended when it finishes).
         """
-        res = self.record.evaluate(self.eval_env, self.eval_seed, self.cfg.run.eval_episodes, act, on_reset)
-        row = self.record.row(self.env_steps, res, self.spec.learner_ids, self.train_return(), extra)
+        self.collect_evaluation()  # the previous forked evaluation first: rows in order, one in flight
+        row: dict[str, Any] | None = None
+        if self.eval_parallel:
+            call = self.record.fork_evaluation(self.eval_env, self.eval_seed, self.cfg.run.eval_episodes, act,
+                                               on_reset, self.env_steps)
+            self._pending = _PendingEvaluation(call, self.env_steps, self.train_return(), dict(extra or {}),
+                                               (self.record.elapsed(), self.record.overhead()))
+        else:
+            res = self.record.evaluate(self.eval_env, self.eval_seed, self.cfg.run.eval_episodes, act, on_reset)
+            row = self.record.row(self.env_steps, res, self.spec.learner_ids, self.train_return(), extra)
+            self.checkpoint_due = True
         while self.next_eval <= self.env_steps:
             self.next_eval += self.eval_every
+        return row
+
+    def collect_evaluation(self) -> dict[str, Any] | None:
+        """Wait for the forked evaluation in flight, if any, and append its row (then a checkpoint is due).
+
+        Raises:
+            ForkedCallError: the evaluation failed in its child (as an in-process one would have raised).
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        with self.timer("eval"):
+            res = pending.call.result()
+        row = self.record.row(pending.env_steps, res, self.spec.learner_ids, pending.train_return, pending.extra,
+                              at=pending.at)
         self.checkpoint_due = True
         return row
 
@@ -425,7 +485,11 @@ class RunLoop:
 
     def save(self, trainer_state: dict[str, Any]) -> None:
         """Write ``latest.pt`` atomically: the trainer's state (tensors, numpy arrays, generator states,
-        numbers) plus the loop's counters, torch's RNG, timings and bookkeeping."""
+        numbers) plus the loop's counters, torch's RNG, timings and bookkeeping.
+
+        A forked evaluation still in flight is awaited first: a checkpoint past an evaluation step always holds
+        that evaluation's row."""
+        self.collect_evaluation()
         state = {
             "version": LOOP_CHECKPOINT_VERSION, "config": self.cfg.to_dict(),
             "loop": {"env_steps": self.env_steps, "next_eval": self.next_eval, "train_returns": list(self.train_returns),
@@ -473,7 +537,9 @@ class RunLoop:
             extra: trainer columns for a final metrics row.
             on_reset: as in ``evaluate``.
         """
+        self.collect_evaluation()
         if self.last_eval.get("env_steps") != self.env_steps:
+            self.eval_parallel = False  # nothing left to overlap with
             self.evaluate(act, extra, on_reset)
         state = {**final_state, "env_steps": self.env_steps, "config": self.cfg.to_dict()}
         atomic_write_bytes(self.folder.checkpoints / "final.pt", lambda p: torch_save(to_torch(state), p))
@@ -481,3 +547,14 @@ class RunLoop:
             env.close()
         return self.record.summary(self.env_steps)
 
+
+@dataclass
+class _PendingEvaluation:
+    """A forked evaluation in flight and what its row needs from the step it started at."""
+
+    call: ForkedCall
+    env_steps: int
+    train_return: float
+    extra: dict[str, Any]
+    at: tuple[float, float]
+    """(elapsed, overhead) seconds of the run when it started: the row's throughput and wall time"""

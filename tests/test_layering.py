@@ -40,6 +40,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "campaigns": ("suPER.models", "suPER.replay", "suPER.core.relay", "suPER.envs", "suPER.cli"),
     "population": ("suPER.cli", "suPER.native", "suPER.core", "suPER.replay", "wandb"),
     "seeds.py": ("suPER.", "numpy", "torch", "ray", "wandb"),  # constants only: relay.py imports it
+    "forked.py": ("suPER.", "ray", "wandb"),  # a leaf: a call in a forked child (loop.py's parallel evaluation)
     "stats.py": ("suPER.", "torch", "ray", "wandb"),  # a pure leaf: plotting, analysis and opponents use it
     "native/dqn_loss.py": ("suPER.", "numpy", "ray", "wandb"),  # pure tensor functions (packed runs reuse them)
     "plotting.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.cli", "ray",

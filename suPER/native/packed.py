@@ -482,7 +482,8 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None, 
     windows and the fragment's observations there.
     """
     d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
-    loop = RunLoop(cfg, folder, logger, progress)  # seeds python, numpy and torch from the run seed
+    # seeds python, numpy and torch from the run seed; evaluates in-process (a pack's runs checkpoint in lockstep)
+    loop = RunLoop(cfg, folder, logger, progress, allow_eval_parallel=False)
     seed, spec = run_cfg.seed, loop.spec
     rng = np.random.default_rng(seed)
     n_agents, obs_shape = spec.n_agents, spec.obs_shape

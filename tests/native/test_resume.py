@@ -44,10 +44,12 @@ def cli_env() -> dict[str, str]:
 
 FAULT_RUNS = {
     "ddqn": (400, ["--super"]),
+    "ddqn-eval-parallel": (400, ["--super", "--eval-parallel"]),
     "qmix": (400, ["--algo", "qmix", "--set", "qmix.learning_starts=100", "--set", "qmix.buffer_episodes=50",
                    "--set", "qmix.rnn_hidden=16", "--set", "qmix.mixing_embed_dim=8"]),
 }
-"""Algorithm -> (budget, flags) of the SIGKILL fault runs: native DQN and the faster baseline at tiny settings."""
+"""Case -> (budget, flags) of the SIGKILL fault runs: native DQN (evaluating in-process, and forked: a kill may land
+while an evaluation is in flight) and the faster baseline at tiny settings."""
 
 KILL_IN_SAVE = """
 import os, signal, sys
@@ -66,7 +68,7 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def run_dir_of(tmp_path: Path, algo: str) -> Path:
-    return tmp_path / ("pursuit__ddqn_super_quantile__s1" if algo == "ddqn" else "pursuit__qmix__s1")
+    return tmp_path / ("pursuit__ddqn_super_quantile__s1" if algo.startswith("ddqn") else "pursuit__qmix__s1")
 
 
 def start(cmd: list[str], **env: str) -> subprocess.Popen[bytes]:
@@ -128,7 +130,7 @@ def test_sigkill_at_random_points_then_resume_logs_every_evaluation_once(tmp_pat
     assert manifest["status"] == "finished" and manifest["env_steps"] == budget and len(manifest["resumed"]) == 2
     assert [x["after_status"] for x in manifest["resumed"]] == ["running", "running"]
     assert not (run_dir / "checkpoints" / "latest.pt").exists() and not list(run_dir.rglob(".*"))
-    if algo == "ddqn":
+    if algo.startswith("ddqn"):
         final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)
         assert final["env_steps"] == budget and final["updates"] == expected_updates(budget)  # counters restored
 
