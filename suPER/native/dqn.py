@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from suPER.arrays import concatenate
 from suPER.config import ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
 from suPER.envs import env_record
@@ -319,9 +320,38 @@ def load_init_team(path: str, q_net: BatchedQNet) -> dict[str, torch.Tensor]:
     return {k: v.to(next(q_net.parameters()).device) for k, v in net.state_dict().items()}
 
 
-def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_agent_N: np.ndarray,
-                   legacy_td_NT: np.ndarray | None, insertion: InsertionPolicy) -> None:
-    """Add every valid row of ``frag`` to its agent's policy buffer.
+@dataclass
+class Rows:
+    """Rows for one ``buffer.add`` call: ``K`` transitions, each with its policy (and optional priority, stream)."""
+
+    policy_K: np.ndarray
+    fields: tuple[Any, ...]
+    """(obs, action, reward, next_obs, done), each with leading dim K (observations may be device tensors)"""
+    priority_K: np.ndarray | None
+    stream_K: np.ndarray
+
+    def add_to(self, buffer: MultiAgentPER | TorchPER) -> None:
+        buffer.add(self.policy_K, *self.fields, priority_K=self.priority_K, stream_K=self.stream_K)
+
+    @staticmethod
+    def join(parts: list[Rows], policy_offsets: list[int]) -> Rows:
+        """One add of several runs' rows into a buffer holding their policies side by side (run i's policy p is
+        ``policy_offsets[i] + p``). Each policy receives its rows in the same order as from its own add.
+
+        Raises:
+            ValueError: some parts carry priorities and others not (one add takes all or none).
+        """
+        if len({p.priority_K is None for p in parts}) > 1:
+            raise ValueError("cannot join rows with and without insertion priorities in one add")
+        return Rows(np.concatenate([p.policy_K + off for p, off in zip(parts, policy_offsets)]),
+                    tuple(concatenate([p.fields[i] for p in parts]) for i in range(5)),
+                    None if parts[0].priority_K is None else np.concatenate([p.priority_K for p in parts]),
+                    np.concatenate([p.stream_K for p in parts]))
+
+
+def fragment_rows(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: np.ndarray | None,
+                  insertion: InsertionPolicy) -> Rows:
+    """Every valid row of ``frag``, for its agent's policy buffer.
 
     Priority: the policy's running max (PER convention), or with ``legacy_td_NT`` given the original's
     RLlib 2.1 rule -- 1.0 without sender-side prioritization, else the sender's ``|td| + eps`` of that
@@ -332,14 +362,29 @@ def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_a
     if legacy_td_NT is not None:
         priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + insertion.eps if insertion.sender_side
                     else np.ones(len(n_K)))
-    buffer.add(policy_of_agent_N[n_K], *frag.rows(t_K, n_K), priority_K=priority, stream_K=n_K)
+    return Rows(policy_of_agent_N[n_K], frag.rows(t_K, n_K), priority, n_K)
+
+
+def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_agent_N: np.ndarray,
+                   legacy_td_NT: np.ndarray | None, insertion: InsertionPolicy) -> None:
+    """Add every valid row of ``frag`` to its agent's policy buffer (``fragment_rows``)."""
+    fragment_rows(frag, policy_of_agent_N, legacy_td_NT, insertion).add_to(buffer)
+
+
+def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray) -> tuple[Rows | None, RelayPlan]:
+    """SUPER: select rows of ``frag`` by |TD| (``relay.plan``: advances its windows and generator) and the copies
+    for the receivers' buffers (``relay.insertion`` priorities); None when nothing is relayed."""
+    plan = relay.plan(td_NT, frag.valid_TN.T)
+    if not plan.n_relayed:
+        return None, plan
+    s_K, r_K = plan.sender_K, plan.row_K
+    priority = relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
+    return Rows(plan.receiver_K, frag.rows(r_K, s_K), priority, s_K), plan
 
 
 def relay_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, relay: Relay, td_NT: np.ndarray) -> RelayPlan:
-    """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers (``relay.insertion`` priorities)."""
-    plan = relay.plan(td_NT, frag.valid_TN.T)
-    if plan.n_relayed:
-        s_K, r_K = plan.sender_K, plan.row_K
-        priority = relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
-        buffer.add(plan.receiver_K, *frag.rows(r_K, s_K), priority_K=priority, stream_K=s_K)
+    """SUPER: select rows of ``frag`` by |TD| and add copies to the receivers' buffers (``relay_rows``)."""
+    rows, plan = relay_rows(frag, relay, td_NT)
+    if rows is not None:
+        rows.add_to(buffer)
     return plan

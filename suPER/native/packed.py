@@ -61,7 +61,7 @@ from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
 from suPER.native import dqn_loss
-from suPER.native.dqn import Fragment, relay_fragment, store_fragment
+from suPER.native.dqn import Fragment, Rows, fragment_rows, relay_fragment, relay_rows, store_fragment
 from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.replay.torch_per import TorchPER
@@ -338,10 +338,13 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             td_t = td_errors(*stacked).reshape(R, n_agents, -1)
             td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
-        # store, relay: each run into its own buffers
-        for r in live:
-            guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N,
-                    td_RNT[r] if td_RNT is not None and r in needs_td else None)
+        # store, relay: each run into its own buffers; one add of every run's rows when they share one buffer
+        td_of = {r: td_RNT[r] if td_RNT is not None and r in needs_td else None for r in live}
+        if shared is not None and shared.whole is not None and len(live) == R:
+            _store_and_relay_joined(shared.whole, runs, n_pol, policy_of_agent_N, td_of, guarded)
+        else:
+            for r in live:
+                guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N, td_of[r])
 
         # learn: one gradient step of every run's policies, each on its own prioritized batch
         live = [r for r in live if runs[r].active]
@@ -655,6 +658,50 @@ def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray
             plan = relay_fragment(run.buffer, run.frag, run.relay, td_NT)
             run.relay_fraction.append(plan.fraction_N)
             run.relay_received += plan.received_N
+
+
+def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, policy_of_agent_N: np.ndarray,
+                            td_of: dict[int, Any], guarded: Any) -> None:
+    """``_store_and_relay`` of every run with two adds to the pack's one buffer instead of two per run.
+
+    Each run's own rows and relay plan are made as alone (``fragment_rows``, ``relay_rows``: its windows and
+    generator); run r's policy p is row ``r * n_pol + p`` of ``whole``, so every policy receives the same rows in
+    the same order as from its run's own adds (own rows first, then relayed ones) and ends in the same slots with
+    the same priorities. A run that fails while its rows are made stops alone; when the joined add refuses its
+    input (rows with and without insertion priorities, a non-finite priority: nothing written), the rows are
+    added run by run, so only a run whose own add fails stops.
+    """
+    t0 = time.perf_counter()
+    own: dict[int, Rows] = {}
+    relayed: dict[int, Rows | None] = {}
+    for r, run in enumerate(runs):
+        td_NT = td_of[r]
+        rows = guarded(r, "store / relay", fragment_rows, run.frag, policy_of_agent_N,
+                       td_NT if run.insertion.rule == "legacy" else None, run.insertion)
+        if rows is None:
+            continue
+        own[r] = rows
+        relayed[r] = None
+        if run.relay is not None and run.relay.active and td_NT is not None:
+            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT)
+            if made is None:
+                del own[r]
+                continue
+            relayed[r], plan = made
+            run.relay_fraction.append(plan.fraction_N)
+            run.relay_received += plan.received_N
+    for parts in (own, {r: x for r, x in relayed.items() if x is not None and r in own}):
+        if not parts:
+            continue
+        try:
+            Rows.join(list(parts.values()), [r * n_pol for r in parts]).add_to(whole)
+        except ValueError:
+            for r, rows in parts.items():
+                if runs[r].active:
+                    guarded(r, "store / relay", rows.add_to, runs[r].buffer)
+    dt = (time.perf_counter() - t0) / max(len(runs), 1)
+    for run in runs:
+        run.loop.timer.total["store"] = run.loop.timer.total.get("store", 0.0) + dt
 
 
 def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[Any]:

@@ -284,6 +284,43 @@ def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path,
     assert n >= steps and seen == [False] * n + [True] * n  # the numpy pack's as numpy, the device pack's not
 
 
+@pytest.mark.parametrize("second", [{"relay.mode": "stochastic"}, {"relay.insertion_priority": "sender"}],
+                         ids=["joined", "run-by-run"])
+def test_a_device_pack_adds_every_runs_rows_at_once_as_each_run_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     second: dict[str, Any]) -> None:
+    """Two SUPER runs sharing the pack's one device buffer: their own rows, then their relayed rows, go in with one
+    add each per fragment (``_store_and_relay_joined``), or run by run when one add cannot take both (max vs
+    sender insertion priorities). Either way each run ends with the numpy-replay pack's replay rows, priorities,
+    relay state and metrics, whose runs add alone."""
+    from suPER.replay.torch_per import TorchPER
+
+    adds: list[tuple[int, bool]] = []
+    real_add = TorchPER.add
+
+    def add(self: Any, policy_K: Any, *args: Any, **kwargs: Any) -> Any:
+        pol = np.asarray(policy_K)  # (runs in this add: 3 policies per run, relayed rows: stream = sender != policy)
+        adds.append((len(np.unique(pol // 3)), bool(np.any(np.asarray(kwargs["stream_K"]) != pol % 3))))
+        return real_add(self, policy_K, *args, **kwargs)
+
+    monkeypatch.setattr(TorchPER, "add", add)
+    cfgs = {m: [tiny_cfg(1, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain"}),
+                tiny_cfg(2, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain", **second})]
+            for m in ("numpy", "device")}
+    for m, c in cfgs.items():
+        assert all(not isinstance(s, BaseException) for s in pack_of(c, "pack", batched_env=True)), m
+    for a, b in zip(cfgs["numpy"], cfgs["device"]):
+        ra, rb = record(a, "pack"), record(b, "pack")
+        assert_same_rows(ra["rows"], rb["rows"])
+        for k in ("obs", "next_obs", "actions", "rewards", "dones", "size", "ptr"):
+            assert torch.equal(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k]), k
+        for k in ("sum_tree", "max_priority"):  # numpy's and torch's p ** alpha may round apart (assert_same_rows)
+            assert torch.allclose(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k], rtol=1e-9, atol=0.0), k
+        assert_same(ra["trainer"]["relay"], rb["trainer"]["relay"], "relay")
+        assert int(rb["trainer"]["relay_received"].sum()) > 0
+    joined = "relay.mode" in second  # own rows always go in one add; relayed rows when they can
+    assert (2, False) in adds and ((2, True) in adds) == joined and (1, False) not in adds
+
+
 @pytest.mark.slow
 def test_device_replay_pack_of_two_equals_the_numpy_replay_pack(tmp_path: Path) -> None:
     check_device_replay_equals_numpy_replay(tmp_path, updates=30, n_runs=2)
