@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suPER import seeds
-from suPER.arrays import is_tensor, like, to_numpy, zeros
+from suPER.arrays import concatenate, is_tensor, like, to_numpy, uniform, zeros
 from suPER.core.selection import SELECTION_RULES, mode_names
 
 if TYPE_CHECKING:
@@ -292,14 +292,16 @@ class Relay:
 
     def plan(self, td_abs_NT: np.ndarray, valid_NT: np.ndarray) -> RelayPlan:
         """Select and route one fragment's fresh rows."""
-        n_agents = td_abs_NT.shape[0]
         if not self.active:
-            selected = np.zeros(td_abs_NT.shape, dtype=bool)
-            thresholds = np.full(n_agents, np.nan)
-        else:
-            selected, thresholds = self.select(td_abs_NT, valid_NT)
-            # routing sizes the receivers' writes: one [N, T] copy to the host when selected on a device
-            selected, thresholds = to_numpy(selected), to_numpy(thresholds)
+            n_agents = td_abs_NT.shape[0]
+            return self.plan_selected(np.zeros(td_abs_NT.shape, dtype=bool), np.full(n_agents, np.nan), valid_NT)
+        return self.plan_selected(*self.select(td_abs_NT, valid_NT), valid_NT)
+
+    def plan_selected(self, selected: Any, thresholds: Any, valid_NT: np.ndarray) -> RelayPlan:
+        """Route rows already selected (``select``, or ``select_many`` for a pack) and count them."""
+        n_agents = selected.shape[0]
+        # routing sizes the receivers' writes: one [N, T] copy to the host when selected on a device
+        selected, thresholds = to_numpy(selected), to_numpy(thresholds)
         present = np.asarray(valid_NT.any(axis=1), dtype=bool)
         s_K, r_K, recv_K = self.route(selected, present)
         fresh = valid_NT.sum(axis=1)
@@ -315,6 +317,86 @@ class Relay:
         """Restore from ``state_dict``."""
         self.windows.load_state_dict(state["windows"])
         self.rng.bit_generator.state = state["rng"]
+
+
+def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, windows_RNW: Any = None,
+                rows: Sequence[int] | None = None) -> list[tuple[Any, Any]]:
+    """``relays[i].select(td_abs_RNT[i], valid_RNT[i])`` for every i, batched over relays and senders where it can be.
+
+    A pack's runs each have their own ``Relay`` (windows, generator, checkpoint); selecting them one sender at a
+    time costs ``R x N`` rule calls per fragment, which on a GPU is ``R x N`` times a handful of kernel launches.
+    Batched, it is one window write, one ``select_rows`` call and, for rules that draw, one draw per run from its
+    own generator (the same numbers in the same order as sender by sender). Batched when the relays are active
+    and share the rule (with a ``select_rows``), bandwidth, parameters, window length and participants, every
+    participant has all ``T`` rows of the fragment and (windowed rules) their windows are equally full and given
+    stacked; otherwise relay by relay. Either way the result, the windows and the generators equal the relays'
+    own ``select`` calls (``tests/core/test_relay.py``).
+
+    Args:
+        relays: R relays.
+        td_abs_RNT: |TD| of the fresh rows, float [R, N, T] (numpy, or a tensor on the windows' device).
+        valid_RNT: bool [R, N, T] host array.
+        windows_RNW: the relays' windows side by side: ``relays[i].windows.values_NW`` is the view
+            ``windows_RNW[rows[i]]`` (a pack allocates them so); None: relay by relay for windowed rules.
+        rows: row of each relay in ``windows_RNW`` (default ``0 .. R-1``).
+
+    Returns:
+        Per relay, ``(selected_NT, threshold_N)`` of ``td_abs_RNT``'s kind.
+    """
+    R = len(relays)
+    if R == 0:
+        return []
+    first = relays[0]
+    rule, b = first.rule, first.bandwidth
+    part_S = np.flatnonzero(first.participants_N)
+    counts = {int(rel.windows.count_N[s]) for rel in relays for s in part_S}
+    batched = (rule.select_rows is not None and all(rel.active for rel in relays)
+               and all(rel.rule is rule and rel.bandwidth == b and rel.params == first.params
+                       and rel.windows.window == first.windows.window
+                       and np.array_equal(rel.participants_N, first.participants_N) for rel in relays)
+               and bool(np.asarray(valid_RNT)[:, part_S].all())
+               and (not rule.uses_window or (windows_RNW is not None and len(counts) == 1)))
+    if not batched:
+        return [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+    tensor = is_tensor(td_abs_RNT)
+    n_agents, T = td_abs_RNT.shape[1], td_abs_RNT.shape[2]
+    S = like(td_abs_RNT, part_S)
+    td_RST = td_abs_RNT[:, S]
+    td_RST = td_RST.double() if tensor else td_RST.astype(np.float64)
+    hist = td_RST
+    if rule.uses_window:  # TDWindow.push of every participant of every relay at once
+        window, count = first.windows.window, counts.pop()
+        new = td_RST[..., -window:]
+        k = new.shape[-1]
+        pos = (count + np.arange(k)) % window
+        row_idx = np.arange(R) if rows is None else np.asarray(rows)
+        windows_RNW[like(windows_RNW, row_idx)[:, None, None], like(windows_RNW, part_S)[None, :, None],
+                    like(windows_RNW, pos)[None, None, :]] = new
+        for rel in relays:
+            rel.windows.count_N[part_S] += k
+        hist = windows_RNW[like(windows_RNW, row_idx)][:, S, : min(count + k, window)]
+    G = R * len(part_S)
+    selected = like(td_abs_RNT, np.zeros(td_abs_RNT.shape, dtype=bool))
+    thresholds = like(td_abs_RNT, np.full((R, n_agents), np.nan))
+    if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
+        selected[:, S] = b >= 1.0
+    else:
+        u = None
+        if rule.draws_per_row:  # each run's generator, its senders in order: the numbers of sender-by-sender draws
+            u = concatenate([uniform(rel.rng, (len(part_S), T), td_RST) for rel in relays])
+        chosen, c = rule.select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
+        selected[:, S] = chosen.reshape(R, len(part_S), T)
+        thresholds[:, S] = c.reshape(R, len(part_S))
+    return [(selected[i], thresholds[i]) for i in range(R)]
+
+
+def plan_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, windows_RNW: Any = None,
+              rows: Sequence[int] | None = None) -> list[RelayPlan]:
+    """``relays[i].plan(...)`` for every i, selecting through ``select_many``."""
+    if not all(rel.active for rel in relays):
+        return [rel.plan(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+    picks = select_many(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
+    return [rel.plan_selected(sel, thr, valid_RNT[i]) for i, (rel, (sel, thr)) in enumerate(zip(relays, picks))]
 
 
 def insertion_priorities(rule: str, td_abs_K: np.ndarray, receiver_K: np.ndarray, eps: float,

@@ -53,6 +53,12 @@ the same kind. ``window_values`` is the sender's |TD| window with the current fr
 or a ``torch.Generator`` (``suPER.arrays.uniform``)."""
 
 
+RowsSelectFn = Callable[[Any, Any, float, Any, Mapping[str, Any]], tuple[Any, Any]]
+"""(td_abs [G, n] float64, window_values [G, w] float64 (the fresh rows for rules without a window), bandwidth in
+(0, 1), uniforms [G, n] float64 (``draws_per_row`` rules; else None), params) -> (chosen bool [G, n], threshold [G]):
+``SelectFn`` for ``G`` senders whose windows are equally full, numpy or torch."""
+
+
 @dataclass(frozen=True)
 class SelectionRule:
     """One SUPER selection rule: its name, selector, window use and parameters."""
@@ -67,6 +73,12 @@ class SelectionRule:
     """push each fragment's |TD| into the sender's sliding window (checkpointed) before selecting"""
     params: tuple[RuleParam, ...] = field(default_factory=tuple)
     """the rule's own parameters (fields ``relay.<name>``)"""
+    select_rows: RowsSelectFn | None = None
+    """the same rule for ``G`` senders at once (``suPER.core.relay.select_many``: a pack's runs); None: senders one
+    at a time. Must equal ``select`` row by row, to the bit (``tests/core/test_relay.py``)."""
+    draws_per_row: bool = False
+    """the rule draws one ``Uniform[0, 1)`` per fresh row from the relay's generator (``select_rows`` then gets
+    them drawn, sender by sender in each run's order)"""
 
 
 SELECTION_RULES: dict[str, SelectionRule] = {}
@@ -170,12 +182,58 @@ def _argsort_stable(x: Any) -> Any:
     return x.argsort(stable=True) if is_tensor(x) else np.argsort(x, kind="stable")
 
 
-register(SelectionRule("quantile", _quantile, "relay |td| above the (1-b) quantile of the sender's |TD| window"))
-register(SelectionRule("gaussian", _gaussian, "relay |td| above mu + sigma * z_{1-b} of the window"))
+# ---- the same rules on G senders' rows at once ([G, n] fresh rows, [G, w] windows; reductions along the last
+# axis, which numpy and torch compute row by row exactly as on one row)
+
+
+def _last_axis_quantile(x: Any, q: float) -> Any:
+    return x.quantile(q, dim=-1) if is_tensor(x) else np.quantile(x, q, axis=-1)
+
+
+def _quantile_rows(td: Any, hist: Any, b: float, u: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    c = _last_axis_quantile(hist, 1.0 - b)
+    return td > c[..., None], c
+
+
+def _gaussian_threshold_rows(hist: Any, b: float, variance_as_scale: bool) -> Any:
+    """``_gaussian_threshold`` of each row of ``hist`` [G, w] -> [G]."""
+    from scipy.stats import norm
+
+    xp = namespace(hist)
+    mu = hist.mean(-1)
+    var = ((hist - mu[..., None]) ** 2).mean(-1)
+    scale = var if variance_as_scale else xp.sqrt(var)
+    return xp.where(scale > 0, float(norm.isf(b)) * scale + mu, float("nan"))
+
+
+def _gaussian_rows(td: Any, hist: Any, b: float, u: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    c = _gaussian_threshold_rows(hist, b, variance_as_scale=False)
+    return td > c[..., None], c
+
+
+def _gaussian_variance_rows(td: Any, hist: Any, b: float, u: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    c = _gaussian_threshold_rows(hist, b, variance_as_scale=True)
+    return td > c[..., None], c
+
+
+def _stochastic_rows(td: Any, hist: Any, b: float, u: Any, params: Mapping[str, Any]) -> tuple[Any, Any]:
+    xp = namespace(td)
+    total = td.sum(-1)
+    ok = (total > 0) & xp.isfinite(total)
+    p = b * td.shape[-1] * td / xp.where(ok, total, 1.0)[..., None]
+    p = xp.where(ok[..., None], xp.clip(xp.nan_to_num(p, nan=0.0), 0.0, 1.0), 0.0)
+    return u < p, xp.full_like(total, float("nan"))
+
+
+register(SelectionRule("quantile", _quantile, "relay |td| above the (1-b) quantile of the sender's |TD| window",
+                       select_rows=_quantile_rows))
+register(SelectionRule("gaussian", _gaussian, "relay |td| above mu + sigma * z_{1-b} of the window",
+                       select_rows=_gaussian_rows))
 register(SelectionRule("gaussian_variance", _gaussian_variance,
-                       "as gaussian with the variance as scale (the original's threshold, REFERENCE 14.2)"))
+                       "as gaussian with the variance as scale (the original's threshold, REFERENCE 14.2)",
+                       select_rows=_gaussian_variance_rows))
 register(SelectionRule("stochastic", _stochastic, "relay row i with probability min(1, b n |td_i| / sum |td|)",
-                       uses_window=False))
+                       uses_window=False, select_rows=_stochastic_rows, draws_per_row=True))
 register(SelectionRule("topk", _topk, "relay the k highest-|td| rows of each sender's fragment (b only at 0 / 1)",
                        uses_window=False,
                        params=(RuleParam("k", int, 1, "int >= 1", "topk: rows relayed per sender per fragment"),)))

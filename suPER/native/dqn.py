@@ -371,10 +371,12 @@ def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_a
     fragment_rows(frag, policy_of_agent_N, legacy_td_NT, insertion).add_to(buffer)
 
 
-def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray) -> tuple[Rows | None, RelayPlan]:
-    """SUPER: select rows of ``frag`` by |TD| (``relay.plan``: advances its windows and generator) and the copies
-    for the receivers' buffers (``relay.insertion`` priorities); None when nothing is relayed."""
-    plan = relay.plan(td_NT, frag.valid_TN.T)
+def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray,
+               plan: RelayPlan | None = None) -> tuple[Rows | None, RelayPlan]:
+    """SUPER: select rows of ``frag`` by |TD| (``relay.plan``: advances its windows and generator; or the ``plan``
+    already made, e.g. by ``relay.plan_many`` for a pack) and the copies for the receivers' buffers
+    (``relay.insertion`` priorities); None when nothing is relayed."""
+    plan = relay.plan(td_NT, frag.valid_TN.T) if plan is None else plan
     if not plan.n_relayed:
         return None, plan
     s_K, r_K = plan.sender_K, plan.row_K

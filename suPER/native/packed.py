@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.arrays import concatenate, zeros, zeros_like
+from suPER.arrays import concatenate, is_tensor, like, zeros, zeros_like
 from suPER.config import ConfigError, ExperimentConfig
-from suPER.core.relay import InsertionPolicy, Relay
+from suPER.core.relay import InsertionPolicy, Relay, plan_many
 from suPER.envs import StepResult, env_record, make_batched_env
 from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
@@ -192,6 +192,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     optimizer = packed_adam(q_net.parameters(), lr=[run.cfg.dqn.lr for run in runs], eps=d0.adam_eps, device=device)
     gamma_P1 = torch.tensor([[run.cfg.dqn.gamma] for run in runs for _ in range(n_pol)], device=device)
     eval_net = q_net.unpacked().to(device).requires_grad_(False)  # one run's weights, for its evaluations
+
+    relay_windows = _stack_relay_windows(runs) if shared is not None else None  # before a resume fills them
 
     # ---- resume: every run from its own latest.pt, in the unpacked layout
     saved = [run.loop.restore() for run in runs]
@@ -341,7 +343,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         # store, relay: each run into its own buffers; one add of every run's rows when they share one buffer
         td_of = {r: td_RNT[r] if td_RNT is not None and r in needs_td else None for r in live}
         if shared is not None and shared.whole is not None and len(live) == R:
-            _store_and_relay_joined(shared.whole, runs, n_pol, policy_of_agent_N, td_of, guarded)
+            _store_and_relay_joined(shared.whole, runs, n_pol, policy_of_agent_N, td_RNT, td_of, relay_windows, guarded)
         else:
             for r in live:
                 guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N, td_of[r])
@@ -660,18 +662,46 @@ def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray
             run.relay_received += plan.received_N
 
 
-def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, policy_of_agent_N: np.ndarray,
-                            td_of: dict[int, Any], guarded: Any) -> None:
-    """``_store_and_relay`` of every run with two adds to the pack's one buffer instead of two per run.
+def _stack_relay_windows(runs: list[_Run]) -> Any:
+    """The runs' relay windows as one ``[R, N, W]`` array / tensor whose row r is run r's window (a view), so
+    ``relay.plan_many`` selects for all runs at once; None when the runs' windows differ in length or kind."""
+    relays = {r: run.relay for r, run in enumerate(runs) if run.relay is not None}
+    if not relays:
+        return None
+    shapes = {(tuple(rel.windows.values_NW.shape), is_tensor(rel.windows.values_NW),
+               str(getattr(rel.windows.values_NW, "device", "host"))) for rel in relays.values()}
+    if len(shapes) != 1:
+        return None
+    first = next(iter(relays.values())).windows.values_NW
+    stacked = zeros((len(runs), *first.shape), first.device if is_tensor(first) else None)
+    for r, rel in relays.items():
+        stacked[r] = rel.windows.values_NW
+        rel.windows.values_NW = stacked[r]  # a view: the run's pushes, checkpoints and restores land in the stack
+    return stacked
 
-    Each run's own rows and relay plan are made as alone (``fragment_rows``, ``relay_rows``: its windows and
-    generator); run r's policy p is row ``r * n_pol + p`` of ``whole``, so every policy receives the same rows in
+
+def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, policy_of_agent_N: np.ndarray,
+                            td_RNT: Any, td_of: dict[int, Any], relay_windows: Any, guarded: Any) -> None:
+    """``_store_and_relay`` of every run with two adds to the pack's one buffer instead of two per run, and one
+    relay selection for all runs (``relay.plan_many`` on the stacked windows) instead of one per run and sender.
+
+    Each run's own rows and relay plan are made as alone (``fragment_rows``; ``plan_many`` equals each relay's
+    ``plan``: its windows and generator); run r's policy p is row ``r * n_pol + p`` of ``whole``, so every policy
+    receives the same rows in
     the same order as from its run's own adds (own rows first, then relayed ones) and ends in the same slots with
     the same priorities. A run that fails while its rows are made stops alone; when the joined add refuses its
     input (rows with and without insertion priorities, a non-finite priority: nothing written), the rows are
     added run by run, so only a run whose own add fails stops.
     """
     t0 = time.perf_counter()
+    relaying = [r for r, run in enumerate(runs) if run.active and run.relay is not None and run.relay.active
+                and td_of[r] is not None]
+    plans: dict[int, Any] = {}
+    if relaying:
+        valid_RNT = np.stack([runs[r].frag.valid_TN.T for r in relaying])
+        made = plan_many([runs[r].relay for r in relaying], td_RNT[like(td_RNT, np.asarray(relaying))], valid_RNT,
+                         relay_windows, rows=relaying)
+        plans = dict(zip(relaying, made))
     own: dict[int, Rows] = {}
     relayed: dict[int, Rows | None] = {}
     for r, run in enumerate(runs):
@@ -683,7 +713,7 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
         own[r] = rows
         relayed[r] = None
         if run.relay is not None and run.relay.active and td_NT is not None:
-            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT)
+            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT, plans.get(r))
             if made is None:
                 del own[r]
                 continue

@@ -256,3 +256,58 @@ def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: st
     td_NT = rng.exponential(size=(4, 12))
     np.testing.assert_array_equal(again.plan(td_NT, np.ones((4, 12), bool)).selected_NT,
                                   host.plan(td_NT, np.ones((4, 12), bool)).selected_NT)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("mode", list(SELECTION_RULES))
+@pytest.mark.parametrize("bandwidth", [0.3, 1.0])
+def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: float,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack's relays selected at once (``select_many``) give each relay's own ``select``: selections, thresholds,
+    windows (wrapping several times), window counts and generator states, to the bit; rules with a row form never
+    fall back to sender-by-sender while every participant has all its rows and windows equally full; a fragment
+    with a missing row (a dead agent), and for windowed rules every fragment after it, is selected relay by relay
+    with the same result."""
+    from suPER.core import relay as relay_mod
+
+    R, N, T, W = 3, 4, 5, 12
+    ids = ["a_0", "a_1", "a_2", "b_0"]  # team "a": b_0 neither sends nor receives
+    dev = None if kind == "numpy" else "cpu"
+
+    def relays() -> list[Relay]:
+        return [Relay(ids, mode=mode, bandwidth=bandwidth, window=W, team="a", rng=np.random.default_rng(10 + r),
+                      device=dev, params={"k": 2}) for r in range(R)]
+
+    alone, packed = relays(), relays()
+    windows = np.zeros((R, N, W)) if kind == "numpy" else torch.zeros((R, N, W), dtype=torch.float64)
+    for r, rel in enumerate(packed):
+        rel.windows.values_NW = windows[r]
+    rng = np.random.default_rng(0)
+    real_select = Relay.select
+    per_relay_calls = [0]
+
+    def counted(self: Relay, *args: object) -> object:
+        per_relay_calls[0] += 1
+        return real_select(self, *args)
+
+    monkeypatch.setattr(relay_mod.Relay, "select", counted)
+    for step in range(8):
+        td = rng.exponential(size=(R, N, T))
+        valid = np.ones((R, N, T), dtype=bool)
+        if step == 5:
+            valid[1, 2, 3:] = False  # a_2 of run 1 died in this fragment
+        td_x = td if kind == "numpy" else torch.as_tensor(td)
+        calls = per_relay_calls[0]
+        expected = [real_select(rel, td_x[i], valid[i]) for i, rel in enumerate(alone)]
+        per_relay_calls[0] = calls
+        got = relay_mod.select_many(packed, td_x, valid, windows)
+        rule = SELECTION_RULES[mode]  # after the death, run 1's a_2 window is behind: windowed rules go relay by relay
+        batched = rule.select_rows is not None and (step < 5 or (step > 5 and not rule.uses_window))
+        assert (per_relay_calls[0] == calls) == batched, step
+        for (sel_a, thr_a), (sel_b, thr_b) in zip(expected, got):
+            assert np.array_equal(np.asarray(sel_a), np.asarray(sel_b))
+            np.testing.assert_array_equal(np.asarray(thr_a, dtype=np.float64), np.asarray(thr_b, dtype=np.float64))
+    for a, b in zip(alone, packed):
+        assert np.array_equal(np.asarray(a.windows.values_NW), np.asarray(b.windows.values_NW))
+        assert np.array_equal(a.windows.count_N, b.windows.count_N)
+        assert a.rng.bit_generator.state == b.rng.bit_generator.state
