@@ -9,9 +9,10 @@
 # nothing of the others:
 #   1. install the carried wheels (.whl/, scripts/fetch_device_wheels.sh) into /tmp/site; PYTHONPATH = it + repo
 #   2. facts: nvidia-smi, torch / CUDA versions and device properties
-#   3. the gpu-marked tests that need no Ray (tests/envs/test_vec_pursuit.py, tests/native/test_packed.py)
+#   3. the gpu-marked tests that need no Ray (test_vec_pursuit, test_packed, test_relay, test_torch_per)
 #   4. benchmarks/packed.py on CUDA, packed only, R = 1, 39, 8 (39 = the paper grid's pursuit column; issue 16's
-#      target is >= 30,000 aggregate training env-steps/s), one process per R; a GPU-utilisation trace beside it
+#      target is >= 30,000 aggregate training env-steps/s), one process per R; a GPU-utilisation trace beside it;
+#      then --host-overhead at R = 1, 8, 39 (the pack's per-step work besides arithmetic, ms per pack step)
 #   5. benchmarks/envs.py, pursuit rows only: VecPursuitEnv at E = 1, 16, 256, 4096 on CUDA (issue 15)
 #   6. benchmarks/eval_batch.py: 20 x 500-step pursuit episodes, sequential (CPU) vs batched on CUDA
 #   7. with what is left: benchmarks/packed.py on the machine's CPUs, R = 8 packed vs 8 separate processes (a
@@ -42,11 +43,13 @@ if [ "$CPU" = 1 ]; then
   PACK_STEPS="${PACK_STEPS:-80}"; PACK_RUNS="${PACK_RUNS:-1 3 2}"; PACK_HIDDENS="${PACK_HIDDENS:-32}"
   ENV_ARGS="--seconds 0.3 --sizes 1,16"; EVAL_ARGS="--episodes 2 --horizon 10"
   CPU_PACK_ARGS="--runs 2 --steps 80 --hiddens 32"
+  HOST_ARGS="--runs 1 2 --steps 60"
 else
   DEV=cuda
   PACK_STEPS="${PACK_STEPS:-2000}"; PACK_RUNS="${PACK_RUNS:-1 39 8}"; PACK_HIDDENS="${PACK_HIDDENS:-256}"
   ENV_ARGS="--seconds 3 --sizes 1,16,256,4096"; EVAL_ARGS="--episodes 20 --horizon 500"
   CPU_PACK_ARGS="--runs 8 --steps 400 --hiddens 256"
+  HOST_ARGS="--runs 1 8 39 --steps 200"
 fi
 
 # step NAME CAP_SECONDS LOGFILE CMD...: run CMD under timeout min(CAP, budget left), append its output to
@@ -110,7 +113,7 @@ EOF
 
 # ---- 3. gpu-marked tests (tests/core/test_trainers.py's needs Ray: not run)
 step gpu-tests 120 tests.txt "$PY" -m pytest -m gpu -o cache_dir="$SCRATCH/pytest" -q -rA \
-  tests/envs/test_vec_pursuit.py tests/native/test_packed.py
+  tests/envs/test_vec_pursuit.py tests/native/test_packed.py tests/core/test_relay.py tests/replay/test_torch_per.py
 
 # ---- 4. packed runs (issue 16), GPU utilisation sampled once a second beside them
 UTIL_PID=""
@@ -128,6 +131,10 @@ for r in $PACK_RUNS; do
     --steps "$steps" --hiddens "$PACK_HIDDENS" --progress-every 15 --json "$SCRATCH/packed_R$r.json"
 done
 [ -n "$UTIL_PID" ] && kill "$UTIL_PID" 2>/dev/null
+# the same packs' work besides arithmetic (nearly free network, device replay and relay): ms per pack step
+# shellcheck disable=SC2086
+step packed-host 90 packed.txt "$PY" benchmarks/packed.py --devices "$DEV" --host-overhead $HOST_ARGS \
+  --json "$SCRATCH/packed_host.json"
 
 # ---- 5. VecPursuitEnv rows on the device (issue 15); the CPU single game stays as the reference row
 # shellcheck disable=SC2086

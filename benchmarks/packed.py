@@ -6,6 +6,7 @@ Usage::
     python benchmarks/packed.py --quick         # smoke mode (< 2 min): R = 1, 2, tiny budget, numbers mean nothing
     python benchmarks/packed.py --runs 1 2 4 --steps 400
     python benchmarks/packed.py --devices cuda --packed-only --runs 1 8 39 --steps 2000   # the GPU pack alone
+    python benchmarks/packed.py --host-overhead --runs 1 8 39     # the pack's per-step work besides arithmetic
 
 Both sides train the same R configs (paper pursuit: 8 pursuers, 30 evaders, 16x16, the paper's conv dueling
 network, batch 32, one update per 4-step fragment; seeds 1..R; learning starts at step 40 so the budget is
@@ -22,7 +23,14 @@ R and device::
 
     packed/separate aggregate throughput (R=<r>, <device>): <x>x
 
-and the same ratio of env steps per CPU-second of the processes involved (``process_time``), which a loaded
+``--host-overhead`` measures what a pack spends per pack step besides its networks' arithmetic: the same packs
+of SUPER quantile runs with replay, relay windows and observations on the device (``run.replay_device=device``)
+but a nearly free network (the MLP body, heads of 8), so the time per pack step is the host's Python, small-tensor
+ops and (on a GPU) kernel launches. If it grows with R, a GPU pack is bound by it whatever the device's speed::
+
+    host time per pack step (R=<r>, <device>): <x> ms (<y> ms per run): <z> aggregate env-steps/s at most
+
+Besides that, the packed/separate lines give the same ratio of env steps per CPU-second of the processes involved (``process_time``), which a loaded
 machine distorts less: there the OS gives R separate processes about R times the CPU share of one pack
 process, so the wall-clock ratio measures the scheduler as much as the code. Ratios are measured in one
 invocation on the same machine; on a loaded machine they are noisy (say so when you quote them). The target of issue 16: a pack is not slower than separate processes by more than 10 % on CPU.
@@ -44,13 +52,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens: int) -> Any:
-    """Paper pursuit, paper network; eval only at the start and the end (1 episode of 100 steps)."""
+def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens: int, host_only: bool = False) -> Any:
+    """Paper pursuit, paper network; eval only at the start and the end (1 episode of 100 steps). ``host_only``:
+    SUPER quantile b = 0.1 with device replay and the MLP body with heads of 8 (``--host-overhead``)."""
     from suPER import config as C
 
+    host = {"dqn.model": "mlp", "dqn.hiddens": 8, "run.replay_device": "device", "relay.enabled": True,
+            "relay.mode": "quantile", "relay.bandwidth": 0.1} if host_only else {}
     return C.resolve("pursuit", "ddqn", overrides={
         "dqn.learning_starts": 40, "dqn.buffer_size": 5000, "dqn.hiddens": hiddens, "env.horizon": 100,
-        "run.eval_episodes": 1, "run.checkpoint_replay": False,
+        "run.eval_episodes": 1, "run.checkpoint_replay": False, **host,
     }, named={"run.seed": seed, "run.num_timesteps": steps, "run.eval_interval": 10 * steps, "run.device": device,
               "run.threads": threads, "run.out": out})
 
@@ -116,13 +127,13 @@ def separate(r: int, steps: int, device: str, hiddens: int) -> tuple[float, floa
 
 
 def packed(r: int, steps: int, device: str, hiddens: int, threads: int = 1,
-           report_every: float = 0.0) -> tuple[float, float]:
-    """(aggregate env-steps/s, env steps per CPU-second) of one pack of r runs."""
+           report_every: float = 0.0, host_only: bool = False) -> tuple[float, float]:
+    """(aggregate env-steps/s, env steps per CPU-second) of one pack of r runs (``host_only``: see make_cfg)."""
     from suPER.native.packed import train_pack
     from suPER.runs import RunFolder
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfgs = [make_cfg(seed, steps, device, threads, tmp, hiddens) for seed in range(1, r + 1)]
+        cfgs = [make_cfg(seed, steps, device, threads, tmp, hiddens, host_only) for seed in range(1, r + 1)]
         clock = Clock(report_every, r)
         out = train_pack(cfgs, [RunFolder(Path(tmp) / c.run_name) for c in cfgs], progress=clock)
     for s in out:
@@ -147,6 +158,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     ap.add_argument("--devices", default=None, help="comma-separated devices to measure (default: cpu, and cuda when "
                     "present)")
+    ap.add_argument("--host-overhead", action="store_true", help="time per pack step with a nearly free network "
+                    "and device replay (what is not arithmetic), packs only")
     ap.add_argument("--packed-only", action="store_true", help="measure the pack alone, no separate processes (on a "
                     "GPU, R separate processes would each hold a CUDA context: not the comparison of interest)")
     args = ap.parse_args()
@@ -164,11 +177,19 @@ def main() -> None:
             print("benchmarks/packed.py: --devices cuda: no CUDA device here", file=sys.stderr)
             raise SystemExit(2)
     gpu = f", {torch.cuda.get_device_name()}" if any(d.startswith("cuda") for d in devices) else ""
+    net = "MLP body, heads 8, SUPER quantile, device replay" if args.host_overhead else f"hiddens {args.hiddens}"
     print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}, torch "
-          f"{torch.__version__}, {args.steps} env steps per run, hiddens {args.hiddens}")
+          f"{torch.__version__}, {args.steps} env steps per run, {net}")
     results = []
     for device in devices:
         for r in args.runs:
+            if args.host_overhead:
+                pk, _ = packed(r, args.steps, device, 8, args.pack_threads, host_only=True)
+                ms = 1000 * r / pk  # seconds per pack step = R / aggregate rate
+                results.append({"R": r, "device": device, "host_ms_per_pack_step": ms, "packed_sps": pk})
+                print(f"host time per pack step (R={r}, {device}): {ms:.1f} ms ({ms / r:.2f} ms per run): {pk:,.0f} "
+                      f"aggregate env-steps/s at most", flush=True)
+                continue
             if args.packed_only:
                 if device.startswith("cuda"):
                     torch.cuda.reset_peak_memory_stats()

@@ -22,3 +22,16 @@ def test_packed_benchmark_quick(tmp_path: Path) -> None:
     results = json.loads(out.read_text())["results"]
     assert [r["R"] for r in results if r["device"] == "cpu"] == [1, 2]
     assert all(r["packed_sps"] > 0 and r["separate_sps"] > 0 for r in results)
+
+
+def test_host_overhead_mode_prints_time_per_pack_step(tmp_path: Path) -> None:
+    """``--host-overhead``: SUPER packs with device replay and a nearly free network, one line per R."""
+    out = tmp_path / "host.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "packed.py"), "--host-overhead", "--runs", "1",
+                           "2", "--steps", "60", "--json", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in (1, 2):
+        assert f"host time per pack step (R={r}, cpu): " in proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert [r["R"] for r in results] == [1, 2] and all(r["host_ms_per_pack_step"] > 0 for r in results)

@@ -258,7 +258,8 @@ def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: st
                                   host.plan(td_NT, np.ones((4, 12), bool)).selected_NT)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", ["numpy", "torch", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])])
 @pytest.mark.parametrize("mode", list(SELECTION_RULES))
 @pytest.mark.parametrize("bandwidth", [0.3, 1.0])
 def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: float,
@@ -272,14 +273,14 @@ def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: fl
 
     R, N, T, W = 3, 4, 5, 12
     ids = ["a_0", "a_1", "a_2", "b_0"]  # team "a": b_0 neither sends nor receives
-    dev = None if kind == "numpy" else "cpu"
+    dev = None if kind == "numpy" else "cpu" if kind == "torch" else "cuda"
 
     def relays() -> list[Relay]:
         return [Relay(ids, mode=mode, bandwidth=bandwidth, window=W, team="a", rng=np.random.default_rng(10 + r),
                       device=dev, params={"k": 2}) for r in range(R)]
 
     alone, packed = relays(), relays()
-    windows = np.zeros((R, N, W)) if kind == "numpy" else torch.zeros((R, N, W), dtype=torch.float64)
+    windows = np.zeros((R, N, W)) if kind == "numpy" else torch.zeros((R, N, W), dtype=torch.float64, device=dev)
     for r, rel in enumerate(packed):
         rel.windows.values_NW = windows[r]
     rng = np.random.default_rng(0)
@@ -296,7 +297,7 @@ def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: fl
         valid = np.ones((R, N, T), dtype=bool)
         if step == 5:
             valid[1, 2, 3:] = False  # a_2 of run 1 died in this fragment
-        td_x = td if kind == "numpy" else torch.as_tensor(td)
+        td_x = td if kind == "numpy" else torch.as_tensor(td, device=dev)
         calls = per_relay_calls[0]
         expected = [real_select(rel, td_x[i], valid[i]) for i, rel in enumerate(alone)]
         per_relay_calls[0] = calls
@@ -305,9 +306,14 @@ def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: fl
         batched = rule.select_rows is not None and (step < 5 or (step > 5 and not rule.uses_window))
         assert (per_relay_calls[0] == calls) == batched, step
         for (sel_a, thr_a), (sel_b, thr_b) in zip(expected, got):
-            assert np.array_equal(np.asarray(sel_a), np.asarray(sel_b))
-            np.testing.assert_array_equal(np.asarray(thr_a, dtype=np.float64), np.asarray(thr_b, dtype=np.float64))
+            assert np.array_equal(host(sel_a), host(sel_b))
+            np.testing.assert_array_equal(host(thr_a).astype(np.float64), host(thr_b).astype(np.float64))
     for a, b in zip(alone, packed):
-        assert np.array_equal(np.asarray(a.windows.values_NW), np.asarray(b.windows.values_NW))
+        assert np.array_equal(host(a.windows.values_NW), host(b.windows.values_NW))
         assert np.array_equal(a.windows.count_N, b.windows.count_N)
         assert a.rng.bit_generator.state == b.rng.bit_generator.state
+
+
+def host(x: object) -> np.ndarray:
+    """A numpy copy of an array or a tensor on any device."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
