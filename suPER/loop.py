@@ -49,6 +49,7 @@ training envs restart from seeds derived from (seed, env_steps).
 from __future__ import annotations
 
 import pickle
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -391,6 +392,9 @@ class RunLoop:
         self.checkpoint_due = False
         self._resumed = False
         self.eval_parallel = bool(run.eval_parallel and allow_eval_parallel and fork_supported(self.device))
+        if run.eval_parallel and allow_eval_parallel and not self.eval_parallel:
+            print(f"note: --eval-parallel: evaluations are forked only for CPU networks on Linux (device "
+                  f"{self.device}); evaluating in-process", file=sys.stderr)
         self._pending: _PendingEvaluation | None = None
 
     # ---- schedule

@@ -226,3 +226,25 @@ def test_a_checkpoint_waits_for_the_evaluation_in_flight(tmp_path: Path) -> None
     assert [int(r[0]) for r in saved["metrics"]["rows"]] == [0] and not loop.checkpoint_due
     for env in [*loop.envs, loop.eval_env]:
         env.close()
+
+
+def test_where_it_cannot_fork_a_note_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose networks cannot fork (CUDA, not Linux) and a pack say once, on stderr, that they evaluate
+    in-process; a run that can fork says nothing."""
+    from suPER import loop as loop_mod
+    from suPER.native.packed import train_pack
+
+    cfg = resolve(tmp_path, "pursuit", PURSUIT, 100, eval_parallel=True)
+    RunLoop(cfg, RunFolder(tmp_path / "a"))
+    assert "note" not in capsys.readouterr().err
+    monkeypatch.setattr(loop_mod, "fork_supported", lambda device: False)
+    RunLoop(cfg, RunFolder(tmp_path / "b"))
+    err = capsys.readouterr().err
+    assert err.count("note: --eval-parallel: evaluations are forked only for CPU networks on Linux") == 1
+    monkeypatch.undo()
+    cfgs = [resolve(tmp_path / "pack", "pursuit", PURSUIT, 120, eval_parallel=True, seed=s) for s in (1, 2)]
+    out = train_pack(cfgs, [RunFolder(tmp_path / "pack" / c.run_name) for c in cfgs])
+    assert all(not isinstance(o, BaseException) for o in out)
+    err = capsys.readouterr().err
+    assert err.count("note: --eval-parallel: packed runs evaluate in-process") == 1 and "forked only" not in err

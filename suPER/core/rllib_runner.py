@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -238,6 +239,8 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
     from suPER.loop import RunRecord, env_seeds, make_eval_env, start_run
 
     start_run(cfg.run)
+    if cfg.run.eval_parallel:
+        print("note: --eval-parallel: the RLlib backend evaluates in-process", file=sys.stderr)
     record = RunRecord(folder, logger, progress)
     # alone (not inside a grid run's Ray): the same embedded Ray as `grid run`, token auth on and stopped
     # with the driver, SIGKILL included (suPER.campaigns.embedded_ray: why not a plain ray.init)

@@ -163,6 +163,9 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         ValueError: the configs cannot be packed, or their checkpoints stopped at different points.
     """
     check_packable(cfgs)
+    if any(cfg.run.eval_parallel for cfg in cfgs):
+        print("note: --eval-parallel: packed runs evaluate in-process (their runs checkpoint at the same env steps)",
+              file=sys.stderr)
     loggers = list(loggers) if loggers is not None else [None] * len(cfgs)
     run_progress = list(run_progress) if run_progress is not None else [None] * len(cfgs)
     R = len(cfgs)
