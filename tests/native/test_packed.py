@@ -252,6 +252,13 @@ def check_device_replay_equals_numpy_replay(tmp_path: Path, updates: int, n_runs
     """``run.replay_device=device`` on the CPU (TorchPER, device relay windows, the batched env's observations
     kept as tensors): each run logs the numpy-replay pack's rows and ends with the same replay rows."""
     cfgs = {m: device_replay_cfgs(tmp_path, m, m, updates, n_runs, **{"run.device": device}) for m in ("numpy", "device")}
+    train_and_compare_replays(cfgs)
+    assert int(record(cfgs["device"][0], "pack")["trainer"]["relay_received"].sum()) > 0
+
+
+def train_and_compare_replays(cfgs: dict[str, list[C.ExperimentConfig]], trees: bool = False) -> None:
+    """Train the ``numpy`` and the ``device`` pack on the batched env; each run: the same metrics rows, replay rows
+    and generator states (``trees``: also sum trees and max priorities to 1e-9, and the relay's state)."""
     for m, c in cfgs.items():
         assert all(not isinstance(s, BaseException) for s in pack_of(c, "pack", batched_env=True)), m
     for a, b in zip(cfgs["numpy"], cfgs["device"]):
@@ -260,7 +267,10 @@ def check_device_replay_equals_numpy_replay(tmp_path: Path, updates: int, n_runs
         for k in ("obs", "next_obs", "actions", "rewards", "dones", "size", "ptr"):
             assert torch.equal(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k]), k
         assert_same(ra["trainer"]["rng"], rb["trainer"]["rng"])
-    assert int(record(cfgs["device"][0], "pack")["trainer"]["relay_received"].sum()) > 0
+        if trees:
+            for k in ("sum_tree", "max_priority"):  # numpy's and torch's p ** alpha may round apart
+                assert torch.allclose(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k], rtol=1e-9, atol=0.0), k
+            assert_same(ra["trainer"]["relay"], rb["trainer"]["relay"], "relay")
 
 
 def test_device_replay_pack_of_one_equals_the_numpy_replay_pack(tmp_path: Path,
@@ -306,17 +316,8 @@ def test_a_device_pack_adds_every_runs_rows_at_once_as_each_run_alone(tmp_path: 
     cfgs = {m: [tiny_cfg(1, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain"}),
                 tiny_cfg(2, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain", **second})]
             for m in ("numpy", "device")}
-    for m, c in cfgs.items():
-        assert all(not isinstance(s, BaseException) for s in pack_of(c, "pack", batched_env=True)), m
-    for a, b in zip(cfgs["numpy"], cfgs["device"]):
-        ra, rb = record(a, "pack"), record(b, "pack")
-        assert_same_rows(ra["rows"], rb["rows"])
-        for k in ("obs", "next_obs", "actions", "rewards", "dones", "size", "ptr"):
-            assert torch.equal(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k]), k
-        for k in ("sum_tree", "max_priority"):  # numpy's and torch's p ** alpha may round apart (assert_same_rows)
-            assert torch.allclose(ra["trainer"]["replay"][k], rb["trainer"]["replay"][k], rtol=1e-9, atol=0.0), k
-        assert_same(ra["trainer"]["relay"], rb["trainer"]["relay"], "relay")
-        assert int(rb["trainer"]["relay_received"].sum()) > 0
+    train_and_compare_replays(cfgs, trees=True)
+    assert all(int(record(c, "pack")["trainer"]["relay_received"].sum()) > 0 for c in cfgs["device"])
     joined = "relay.mode" in second  # own rows always go in one add; relayed rows when they can
     assert (2, False) in adds and ((2, True) in adds) == joined and (1, False) not in adds
 
