@@ -386,7 +386,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             optimizer.step()
             td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
             td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
-            loss_RP = loss_P.detach().reshape(R, n_pol)
+            loss_R = loss_P.detach().reshape(R, n_pol).mean(1).cpu().numpy()  # one copy to the host, not R
             if whole is not None and _update_all(whole, indices_all, td_abs_t.reshape(R * n_pol, -1)):
                 batches = {}  # every run's priorities are set
             for r in learners:
@@ -394,7 +394,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 if r in batches:
                     guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices,
                             td_abs_RPB[r])
-                run.losses.append(float(loss_RP[r].mean()))
+                run.losses.append(float(loss_R[r]))
                 run.updates += 1
                 # sync target: hard copy every target_update_freq env steps (first sync at the first update)
                 if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
