@@ -254,9 +254,9 @@ class RunRecord:
         """Seconds in the phases ``THROUGHPUT_EXCLUDED`` (not training)."""
         return sum(self.timer.total.get(phase, 0.0) for phase in THROUGHPUT_EXCLUDED)
 
-    def throughput(self, env_steps: int, elapsed: float) -> float:
-        """Training env steps per second: ``env_steps / (elapsed - overhead)``."""
-        return env_steps / max(elapsed - self.overhead(), 1e-9)
+    def throughput(self, env_steps: int, elapsed: float, overhead: float | None = None) -> float:
+        """Training env steps per second: ``env_steps / (elapsed - overhead)`` (overhead: default ``overhead()``)."""
+        return env_steps / max(elapsed - (self.overhead() if overhead is None else overhead), 1e-9)
 
     def evaluate(self, eval_env: MultiAgentEnv | BatchedMultiAgentEnv, eval_seed: int, episodes: int,
                  act: BatchActFn, on_reset: BatchResetFn | None = None) -> EvalResult:
@@ -304,7 +304,7 @@ class RunRecord:
         row: dict[str, Any] = {"env_steps": env_steps, **result.as_row(learner_ids)}
         row["train_return_mean"] = train_return
         row.update(extra or {})
-        row["env_steps_per_sec"] = env_steps / max(elapsed - overhead, 1e-9)
+        row["env_steps_per_sec"] = self.throughput(env_steps, elapsed, overhead)
         row["wall_time_s"] = elapsed
         self.metrics.append(row)
         self.logger.log(namespaced_metrics(row, self.timer.total), step=env_steps)
