@@ -79,6 +79,17 @@ def concatenate(parts: Any, axis: int = 0) -> Any:
     return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
 
 
+def stack(parts: Any, axis: int = 0) -> Any:
+    """Stack numpy arrays, or tensors (host arrays among them are moved to the first tensor's device)."""
+    tensors = [p for p in parts if is_tensor(p)]
+    if not tensors:
+        return np.stack(parts, axis=axis)
+    import torch
+
+    dev = tensors[0].device
+    return torch.stack([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
+
+
 def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:
     """Float64 ``Uniform[0, 1)`` draws of ``shape``, as the kind of ``like_x``.
 

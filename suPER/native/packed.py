@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.arrays import concatenate, is_tensor, like, zeros, zeros_like
+from suPER.arrays import concatenate, is_tensor, like, stack, zeros, zeros_like
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay, plan_many
 from suPER.envs import StepResult, env_record, make_batched_env
@@ -211,6 +211,9 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     for r, run in enumerate(runs):
         run.obs_NO = envs.first_reset(r)
         run.alive_N = np.ones(n_agents, dtype=bool)
+    # the batched env's runs as one state: each run's fragment, observations, alive flags and episode returns are
+    # views of [R, ...] arrays, so a step of all runs is recorded with one write per field (_record_all)
+    whole_state = _PackState.of(runs, T, device if envs.obs_on_device else None) if envs.batched is not None else None
 
     def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """obs [R*P, B, *O] (any numeric dtype) -> q [R*P, B, A] on ``device``."""
@@ -306,7 +309,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             guarded(r, "checkpoint", run.loop.save, trainer_state(r))
 
     # ---- loop: one iteration = one rollout fragment of every run
-    obs_RNO = zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None, dtype="float32")
+    obs_RNO = (whole_state.obs_RNO if whole_state is not None else
+               zeros((R, n_agents, *obs_shape), device if envs.obs_on_device else None, dtype="float32"))
     while any(run.active and not run.loop.done for run in runs):
         live = [r for r, run in enumerate(runs) if run.active and not run.loop.done]
         for r in live:
@@ -315,18 +319,23 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             live = [r for r in live if runs[r].active and not runs[r].loop.done]
             if not live:
                 break
+            every_run = whole_state is not None and len(live) == R  # all runs in step: one write per field
             # act: one forward for every run's learners, then each run's own epsilon-greedy draws
-            for r in live:
-                obs_RNO[r] = runs[r].obs_NO
+            if not every_run:
+                for r in live:
+                    obs_RNO[r] = runs[r].obs_NO
             with torch.no_grad():
                 q_PBA = q_values(q_net, obs_RNO.reshape(R * n_pol, group, *obs_shape))
             greedy_RN = q_PBA.argmax(-1).reshape(R, n_agents).cpu().numpy()
             actions_RN = np.zeros((R, n_agents), dtype=np.int64)
             for r in live:
                 actions_RN[r] = _explore(runs[r], greedy_RN[r])
-            # step: each run's game (or one batched step of all R games)
+            # step: each run's game (or one batched step of all R games), then record each run's transition
+            if every_run:
+                assert whole_state is not None
+                _record_all(runs, whole_state, t, actions_RN, envs.step_all(actions_RN), evaluate_run, envs, guarded)
+                continue
             results = envs.step(actions_RN, live, guarded)
-            # record each run's transition
             for r, res in results.items():
                 guarded(r, "env step", _record, runs[r], t, actions_RN[r], res, evaluate_run(r),
                         lambda r=r: envs.reset(r))
@@ -580,6 +589,73 @@ def _record(run: _Run, t: int, actions_N: np.ndarray, res: StepResult, evaluate:
         run.obs_NO, run.alive_N = res.obs_NO, res.alive_N
 
 
+@dataclass
+class _PackState:
+    """What ``_record`` keeps per run, for all runs of a batched env at once: each run's ``frag``, ``obs_NO``,
+    ``alive_N`` and ``ep_return_N`` are views of these (``of``), so per-run code reads the same values."""
+
+    frag: Fragment
+    """[R, T, N, ...] fields (obs on the env's device when the pack keeps them there)"""
+    obs_RNO: Any
+    alive_RN: np.ndarray
+    ep_return_RN: np.ndarray
+    terminal_on_truncation_R: np.ndarray
+    """bool [R]: the run's ``env.truncation_is_terminal``"""
+
+    @classmethod
+    def of(cls, runs: list[_Run], steps: int, obs_device: Any) -> _PackState:
+        """Stack the runs' current state and make each run's fields views of it."""
+        R, (n_agents, *obs_shape) = len(runs), runs[0].frag.obs_TNO.shape[1:]
+        frags = [Fragment.empty(steps, n_agents, tuple(obs_shape), device=obs_device) for _ in range(R)]
+        stacked = [stack([getattr(f, name) for f in frags]) for name in Fragment.__dataclass_fields__]
+        state = cls(Fragment(*stacked), stack([like(stacked[0], run.obs_NO) for run in runs]),
+                    np.stack([run.alive_N for run in runs]), np.stack([run.ep_return_N for run in runs]),
+                    np.array([run.cfg.env.truncation_is_terminal for run in runs]))
+        for r, run in enumerate(runs):
+            run.frag = Fragment(*(x[r] for x in stacked))
+            run.obs_NO, run.alive_N, run.ep_return_N = state.obs_RNO[r], state.alive_RN[r], state.ep_return_RN[r]
+        return state
+
+
+def _record_all(runs: list[_Run], state: _PackState, t: int, actions_RN: np.ndarray, step: Any, evaluate_of: Any,
+                envs: PackEnvs, guarded: Any) -> None:
+    """``_record`` of every run of a batched env: the transition written with one op per field for all runs, then
+    per run only its counters and due evaluation, and one reset call for the games whose episodes ended (after
+    their evaluations, as ``_record``; run by run if that call fails, so only a failing run stops).
+
+    ``step``: ``PackEnvs.step_all``'s (obs_RNO, reward_RN, terminated_RN, truncated_RN, alive_RN, over_R).
+    """
+    obs_next, reward_RN, term_RN, cut_RN, alive_next_RN, over_R = step
+    f = state.frag
+    f.obs_TNO[:, t] = state.obs_RNO
+    f.next_obs_TNO[:, t] = obs_next
+    f.action_TN[:, t] = actions_RN
+    f.reward_TN[:, t] = reward_RN
+    f.done_TN[:, t] = term_RN | (cut_RN & state.terminal_on_truncation_R[:, None])
+    f.valid_TN[:, t] = state.alive_RN
+    state.ep_return_RN += np.where(state.alive_RN, reward_RN, 0.0)
+    for r, run in enumerate(runs):
+        if run.loop.tick():
+            guarded(r, "env step", evaluate_of(r))  # at exact multiples of the interval, on its own env
+    state.obs_RNO[...] = obs_next
+    state.alive_RN[...] = alive_next_RN
+    ended = [int(r) for r in np.flatnonzero(over_R) if runs[r].active]
+    for r in ended:
+        runs[r].loop.episode_finished(state.ep_return_RN[r].sum())
+        state.ep_return_RN[r] = 0.0
+    if not ended:
+        return
+    try:
+        state.obs_RNO[ended] = envs.reset_games(ended)
+        state.alive_RN[ended] = True
+    except Exception:  # noqa: BLE001 - then each run's own reset, so only a failing run stops
+        for r in ended:
+            obs = guarded(r, "env step", envs.reset, r)
+            if obs is not None:
+                state.obs_RNO[r] = obs
+                state.alive_RN[r] = True
+
+
 class PackEnvs:
     """The training envs of a pack: each run's own single game, or one batched env of R games (pursuit).
 
@@ -619,6 +695,13 @@ class PackEnvs:
             return run.loop.envs[0].reset()
         return self._obs(self.batched.reset([self.episode_seed(run)], games=[r])[r])
 
+    def reset_games(self, rs: list[int]) -> Any:
+        """Start the next episode of the batched env's games ``rs`` (runs) with one reset call; their obs
+        ``[len(rs), N, ...]`` (each game seeded by its own run, so the same as resetting them one by one)."""
+        assert self.batched is not None
+        obs = self.batched.reset([self.episode_seed(self.runs[r]) for r in rs], games=rs)
+        return self._obs(obs[torch.as_tensor(rs, device=obs.device)])
+
     def first_reset(self, r: int) -> np.ndarray:
         """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
         if self.batched is None:
@@ -646,6 +729,19 @@ class PackEnvs:
         for r in live:
             self.runs[r].loop.timer.total["env"] = self.runs[r].loop.timer.total.get("env", 0.0) + dt
             out[r] = StepResult(obs[r], rew[r], term[r], cut[r], alive[r], bool(over[r]))
+        return out
+
+    def step_all(self, actions_RN: np.ndarray) -> tuple[Any, ...]:
+        """One step of the batched env's R games: (obs_RNO (the pack's kind), reward, terminated, truncated,
+        alive, episode_over) as [R, ...] host arrays but the observations; timed as each run's ``env``."""
+        assert self.batched is not None
+        t0 = time.perf_counter()
+        b = self.batched.step(actions_RN)
+        out = (self._obs(b.obs_ENO), b.reward_EN.cpu().numpy(), b.terminated_EN.cpu().numpy(),
+               b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy(), b.episode_over_E.cpu().numpy())
+        dt = (time.perf_counter() - t0) / len(self.runs)
+        for run in self.runs:
+            run.loop.timer.total["env"] = run.loop.timer.total.get("env", 0.0) + dt
         return out
 
     def close(self) -> None:

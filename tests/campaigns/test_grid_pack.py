@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -191,16 +192,20 @@ def test_grid_run_pack_resumes_two_seeds_as_one_pack(tmp_path: Path, monkeypatch
     grid_file = write_grid(tmp_path)
     out = tmp_path / "c"
     grid = campaigns.load_grid(grid_file)
-    # the pack is interrupted (as by Ctrl-C) at 80 env steps, after both runs' checkpoint at 60
-    step, calls = PackEnvs.step, [0]
+    # the pack is interrupted (as by Ctrl-C) at 80 env steps, after both runs' checkpoint at 60 (a pursuit pack steps
+    # its batched env with step_all while every run is in step, with step otherwise)
+    calls = [0]
 
-    def interrupted_step(self: PackEnvs, *args: object) -> object:
-        calls[0] += 1
-        if calls[0] > 80:
-            raise KeyboardInterrupt
-        return step(self, *args)
+    def interrupted(real: Any) -> Any:
+        def step(self: PackEnvs, *args: object) -> object:
+            calls[0] += 1
+            if calls[0] > 80:
+                raise KeyboardInterrupt
+            return real(self, *args)
+        return step
 
-    monkeypatch.setattr(PackEnvs, "step", interrupted_step)
+    monkeypatch.setattr(PackEnvs, "step", interrupted(PackEnvs.step))
+    monkeypatch.setattr(PackEnvs, "step_all", interrupted(PackEnvs.step_all))
     with pytest.raises(KeyboardInterrupt):
         execute_pack([r.config(out=out, progress=False, threads=1, device="cpu") for r in grid.runs])
     monkeypatch.undo()
