@@ -155,6 +155,39 @@ def test_a_failing_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pyt
     assert_same(record(cfgs[1], "pack")["trainer"], record(cfgs[1], "alone")["trainer"], "survivor")
 
 
+def test_a_run_failing_while_all_runs_step_together_does_not_stop_the_others(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the batched env (every run recorded at once, ``_record_all``) the first run's evaluation breaks at its
+    second evaluation: it stops there, and the survivor trains exactly as alone on the batched env."""
+    cfgs = [tiny_cfg(1, True, 12, tmp_path, **{"run.eval_interval": 40}), tiny_cfg(2, False, 12, tmp_path)]
+    from suPER import loop as loop_mod
+
+    made: list[Any] = []
+    real_init = loop_mod.RunLoop.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        made.append(self)
+        if len(made) == 1:
+            real_evaluate, calls = self.evaluate, [0]
+
+            def broken(*a: Any, **k: Any) -> Any:
+                calls[0] += 1
+                if calls[0] > 2:
+                    raise RuntimeError("evaluation exploded")
+                return real_evaluate(*a, **k)
+
+            self.evaluate = broken
+
+    monkeypatch.setattr(loop_mod.RunLoop, "__init__", init)
+    out = pack_of(cfgs, "pack", batched_env=True)
+    monkeypatch.undo()
+    assert isinstance(out[0], RuntimeError) and "exploded" in str(out[0])
+    assert out[1].env_steps == cfgs[1].run.num_timesteps
+    pack_of([cfgs[1]], "alone", batched_env=True)
+    assert_same(record(cfgs[1], "pack")["trainer"], record(cfgs[1], "alone")["trainer"], "survivor")
+
+
 def test_unpackable_runs_are_refused(tmp_path: Path) -> None:
     a, b = tiny_cfg(1, True, 10, tmp_path), tiny_cfg(2, True, 10, tmp_path, **{"dqn.adam_eps": 1e-4})
     with pytest.raises(ValueError, match="differ in dqn.adam_eps"):
