@@ -350,13 +350,14 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
     rule, b = first.rule, first.bandwidth
     part_S = np.flatnonzero(first.participants_N)
     counts = {int(rel.windows.count_N[s]) for rel in relays for s in part_S}
-    batched = (rule.select_rows is not None and all(rel.active for rel in relays)
+    select_rows = rule.select_rows
+    batched = (select_rows is not None and all(rel.active for rel in relays)
                and all(rel.rule is rule and rel.bandwidth == b and rel.params == first.params
                        and rel.windows.window == first.windows.window
                        and np.array_equal(rel.participants_N, first.participants_N) for rel in relays)
                and bool(np.asarray(valid_RNT)[:, part_S].all())
                and (not rule.uses_window or (windows_RNW is not None and len(counts) == 1)))
-    if not batched:
+    if not batched or select_rows is None:
         return [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
     tensor = is_tensor(td_abs_RNT)
     n_agents, T = td_abs_RNT.shape[1], td_abs_RNT.shape[2]
@@ -384,7 +385,7 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
         u = None
         if rule.draws_per_row:  # each run's generator, its senders in order: the numbers of sender-by-sender draws
             u = concatenate([uniform(rel.rng, (len(part_S), T), td_RST) for rel in relays])
-        chosen, c = rule.select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
+        chosen, c = select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
         selected[:, S] = chosen.reshape(R, len(part_S), T)
         thresholds[:, S] = c.reshape(R, len(part_S))
     return [(selected[i], thresholds[i]) for i in range(R)]
