@@ -111,12 +111,14 @@ def test_a_failed_or_killed_evaluation_is_one_named_error(tmp_path: Path) -> Non
     assert loop.metrics.rows == []
 
     call = ForkedCall(lambda: time.sleep(60), "evaluation at env step 7")
-    os.kill(call.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    pid = call.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
     with pytest.raises(ForkedCallError, match="evaluation at env step 7: its worker process ended without a "
                                               "result \\(killed by SIGKILL"):
         call.result()
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # nothing left to reap
+        os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie left
     for env in [*loop.envs, loop.eval_env]:
         env.close()
 
