@@ -70,24 +70,22 @@ def zeros_like(x: Any) -> Any:
 
 def concatenate(parts: Any, axis: int = 0) -> Any:
     """Concatenate numpy arrays, or tensors (host arrays among them are moved to the first tensor's device)."""
-    tensors = [p for p in parts if is_tensor(p)]
-    if not tensors:
-        return np.concatenate(parts, axis=axis)
-    import torch
-
-    dev = tensors[0].device
-    return torch.cat([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
+    return _join(parts, axis, np.concatenate, "cat")
 
 
 def stack(parts: Any, axis: int = 0) -> Any:
     """Stack numpy arrays, or tensors (host arrays among them are moved to the first tensor's device)."""
+    return _join(parts, axis, np.stack, "stack")
+
+
+def _join(parts: Any, axis: int, numpy_fn: Any, torch_fn: str) -> Any:
     tensors = [p for p in parts if is_tensor(p)]
     if not tensors:
-        return np.stack(parts, axis=axis)
+        return numpy_fn(parts, axis=axis)
     import torch
 
     dev = tensors[0].device
-    return torch.stack([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
+    return getattr(torch, torch_fn)([torch.as_tensor(p, device=dev) for p in parts], dim=axis)
 
 
 def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:

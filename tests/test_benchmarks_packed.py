@@ -24,6 +24,7 @@ def test_packed_benchmark_quick(tmp_path: Path) -> None:
     assert all(r["packed_sps"] > 0 and r["separate_sps"] > 0 for r in results)
 
 
+@pytest.mark.slow
 def test_host_overhead_mode_prints_time_per_pack_step(tmp_path: Path) -> None:
     """``--host-overhead``: SUPER packs with device replay and a nearly free network, one line per R."""
     out = tmp_path / "host.json"

@@ -43,7 +43,8 @@ def metrics(run_dir: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)]
 
 
-@pytest.mark.parametrize(("env", "overrides", "budget"), [("pursuit", PURSUIT, 400), ("battle", BATTLE, 200)])
+@pytest.mark.parametrize(("env", "overrides", "budget"), [
+    ("pursuit", PURSUIT, 400), pytest.param("battle", BATTLE, 200, marks=pytest.mark.slow)])  # MAgent: ~20 s
 def test_forked_evaluations_write_the_rows_of_in_process_ones(tmp_path: Path, env: str,
                                                               overrides: dict[str, object], budget: int) -> None:
     """DDQN + SUPER on a real env, once evaluating in-process and once forked: every metrics.csv column but the
@@ -187,7 +188,7 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("stop_at", [101, 204])
+@pytest.mark.parametrize("stop_at", [101, pytest.param(204, marks=pytest.mark.slow)])
 def test_interrupted_with_an_evaluation_in_flight_then_resumed_logs_every_evaluation_once(
         tmp_path: Path, stop_at: int) -> None:
     """Stopped (an exception in the progress callback) at several points, some while an evaluation is in flight:

@@ -91,7 +91,7 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.stderr.close()  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("algo", list(FAULT_RUNS))
+@pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if "parallel" in a else a for a in FAULT_RUNS])
 def test_sigkill_at_random_points_then_resume_logs_every_evaluation_once(tmp_path: Path, algo: str,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Killed inside a checkpoint write (a half-written temp file left) and at a random moment (fixed RNG),
