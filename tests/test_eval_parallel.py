@@ -79,9 +79,10 @@ def test_an_evaluation_is_played_in_another_process_while_the_parent_goes_on(tmp
         time.sleep(0.01)
         return np.zeros((len(obs_ENO), n), dtype=np.int64) % a
 
-    t0 = time.perf_counter()
     assert loop.evaluate(act, {"loss": 1.5}) is None
-    forked_in = time.perf_counter() - t0
+    pending = loop._pending
+    # back before the child's 40 policy calls of >= 10 ms each are done: the parent did not wait for them
+    assert pending is not None and not pending.call.ready()
     assert len(loop.metrics.rows) == 0 and not loop.checkpoint_due
     deadline = time.monotonic() + 60
     while not loop.metrics.rows and time.monotonic() < deadline:
@@ -89,7 +90,6 @@ def test_an_evaluation_is_played_in_another_process_while_the_parent_goes_on(tmp
         time.sleep(0.01)
     pids = {int(p) for p in pid_file.read_text().split()}
     assert pids and os.getpid() not in pids  # every action was chosen in the child
-    assert forked_in < 0.4 * (time.perf_counter() - t0)  # the parent did not wait for the 40 policy calls
     row = loop.metrics.rows[0]
     assert float(row["env_steps"]) == 0 and float(row["loss"]) == 1.5 and loop.checkpoint_due
     for env in [*loop.envs, loop.eval_env]:

@@ -205,15 +205,14 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     if batched_env is None:
         batched_env = env_record(cfgs[0].env.name).batched is not None
     envs = PackEnvs(runs, batched_env, obs_on_device=on_device)
-    if envs.obs_on_device:  # the fragments hold the env's observation tensors where they were computed
-        for run in runs:
-            run.frag = Fragment.empty(T, n_agents, obs_shape, device=device)
     for r, run in enumerate(runs):
         run.obs_NO = envs.first_reset(r)
         run.alive_N = np.ones(n_agents, dtype=bool)
-    # the batched env's runs as one state: each run's fragment, observations, alive flags and episode returns are
-    # views of [R, ...] arrays, so a step of all runs is recorded with one write per field (_record_all)
-    whole_state = _PackState.of(runs, T, device if envs.obs_on_device else None) if envs.batched is not None else None
+    # the batched env's runs as one state: each run's fragment (its observations on the env's device when the pack
+    # keeps them there), observations, alive flags and episode returns are views of [R, ...] arrays, so a step of
+    # all runs is recorded with one write per field (_record_all)
+    whole_state = (_PackState.of(runs, T, device if envs.obs_on_device else None) if envs.batched is not None
+                   else None)
 
     def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """obs [R*P, B, *O] (any numeric dtype) -> q [R*P, B, A] on ``device``."""
@@ -606,8 +605,8 @@ class _PackState:
     def of(cls, runs: list[_Run], steps: int, obs_device: Any) -> _PackState:
         """Stack the runs' current state and make each run's fields views of it."""
         R, (n_agents, *obs_shape) = len(runs), runs[0].frag.obs_TNO.shape[1:]
-        frags = [Fragment.empty(steps, n_agents, tuple(obs_shape), device=obs_device) for _ in range(R)]
-        stacked = [stack([getattr(f, name) for f in frags]) for name in Fragment.__dataclass_fields__]
+        one = Fragment.empty(steps, n_agents, tuple(obs_shape), device=obs_device)
+        stacked = [stack([getattr(one, name)] * R) for name in Fragment.__dataclass_fields__]
         state = cls(Fragment(*stacked), stack([like(stacked[0], run.obs_NO) for run in runs]),
                     np.stack([run.alive_N for run in runs]), np.stack([run.ep_return_N for run in runs]),
                     np.array([run.cfg.env.truncation_is_terminal for run in runs]))
@@ -719,17 +718,8 @@ class PackEnvs:
                 if res is not None:
                     out[r] = res
             return out
-        t0 = time.perf_counter()
-        b = self.batched.step(actions_RN)
-        obs, rew = self._obs(b.obs_ENO), b.reward_EN.cpu().numpy()
-        term, cut, alive = b.terminated_EN.cpu().numpy(), b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy()
-        over = b.episode_over_E.cpu().numpy()
-        dt = (time.perf_counter() - t0) / max(len(live), 1)
-        out = {}
-        for r in live:
-            self.runs[r].loop.timer.total["env"] = self.runs[r].loop.timer.total.get("env", 0.0) + dt
-            out[r] = StepResult(obs[r], rew[r], term[r], cut[r], alive[r], bool(over[r]))
-        return out
+        obs, rew, term, cut, alive, over = self.step_all(actions_RN)
+        return {r: StepResult(obs[r], rew[r], term[r], cut[r], alive[r], bool(over[r])) for r in live}
 
     def step_all(self, actions_RN: np.ndarray) -> tuple[Any, ...]:
         """One step of the batched env's R games: (obs_RNO (the pack's kind), reward, terminated, truncated,
@@ -739,9 +729,7 @@ class PackEnvs:
         b = self.batched.step(actions_RN)
         out = (self._obs(b.obs_ENO), b.reward_EN.cpu().numpy(), b.terminated_EN.cpu().numpy(),
                b.truncated_EN.cpu().numpy(), b.alive_EN.cpu().numpy(), b.episode_over_E.cpu().numpy())
-        dt = (time.perf_counter() - t0) / len(self.runs)
-        for run in self.runs:
-            run.loop.timer.total["env"] = run.loop.timer.total.get("env", 0.0) + dt
+        _charge(self.runs, "env", t0)
         return out
 
     def close(self) -> None:
@@ -786,8 +774,7 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
 
     Each run's own rows and relay plan are made as alone (``fragment_rows``; ``plan_many`` equals each relay's
     ``plan``: its windows and generator); run r's policy p is row ``r * n_pol + p`` of ``whole``, so every policy
-    receives the same rows in
-    the same order as from its run's own adds (own rows first, then relayed ones) and ends in the same slots with
+    receives the same rows in the same order as from its run's own adds (own rows first, then relayed ones) and ends in the same slots with
     the same priorities. A run that fails while its rows are made stops alone; when the joined add refuses its
     input (rows with and without insertion priorities, a non-finite priority: nothing written), the rows are
     added run by run, so only a run whose own add fails stops.
@@ -802,24 +789,24 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
                          relay_windows, rows=relaying)
         plans = dict(zip(relaying, made))
     own: dict[int, Rows] = {}
-    relayed: dict[int, Rows | None] = {}
+    relayed: dict[int, Rows] = {}
     for r, run in enumerate(runs):
         td_NT = td_of[r]
         rows = guarded(r, "store / relay", fragment_rows, run.frag, policy_of_agent_N,
                        td_NT if run.insertion.rule == "legacy" else None, run.insertion)
         if rows is None:
             continue
-        own[r] = rows
-        relayed[r] = None
-        if run.relay is not None and run.relay.active and td_NT is not None:
-            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT, plans.get(r))
+        if r in plans:
+            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT, plans[r])
             if made is None:
-                del own[r]
                 continue
-            relayed[r], plan = made
+            copies, plan = made
+            if copies is not None:
+                relayed[r] = copies
             run.relay_fraction.append(plan.fraction_N)
             run.relay_received += plan.received_N
-    for parts in (own, {r: x for r, x in relayed.items() if x is not None and r in own}):
+        own[r] = rows
+    for parts in (own, relayed):
         if not parts:
             continue
         try:
@@ -828,9 +815,14 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
             for r, rows in parts.items():
                 if runs[r].active:
                     guarded(r, "store / relay", rows.add_to, runs[r].buffer)
+    _charge(runs, "store", t0)
+
+
+def _charge(runs: list[_Run], phase: str, t0: float) -> None:
+    """Share the time since ``t0`` of one call made for all runs equally among their ``phase`` timers."""
     dt = (time.perf_counter() - t0) / max(len(runs), 1)
     for run in runs:
-        run.loop.timer.total["store"] = run.loop.timer.total.get("store", 0.0) + dt
+        run.loop.timer.total[phase] = run.loop.timer.total.get(phase, 0.0) + dt
 
 
 def _zeros_like_grouped(frag: Fragment, n_pol: int) -> list[Any]:
