@@ -84,3 +84,17 @@ def test_envs_quick(tmp_path: Path) -> None:
     assert "replay bytes per run at full buffers (adversarial_pursuit): plain " in proc.stdout
     assert all(r["env_steps"] % r["E"] == 0 for r in rows if r["env"] == "pursuit")
     assert all(r["env_steps"] == 4 * 15 for r in rows if r["env"] == "evaluation: pursuit")  # never all caught
+
+
+def test_conv_forms_quick() -> None:
+    """benchmarks/conv_forms.py --quick: the SGEMM ceiling line and one row per case, where the im2col + bmm
+    form it compares against gives the library's Q-values to float32 rounding (same weights, same inputs)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "conv_forms.py"), "--quick"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "fp32 ceiling: 1024^3 SGEMM " in proc.stdout
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| pursuit |")]
+    assert [r[1].strip() for r in rows] == ["act B=1", "eval B=20", "update B=32"]
+    for r in rows:
+        assert float(r[2]) > 0 and float(r[3]) > 0
+        assert float(r[7]) < 1e-5  # max |dQ| of the two forms: Q-values are O(1e-1), fp32 rounding is ~1e-7
