@@ -7,6 +7,7 @@ Usage::
     python benchmarks/packed.py --runs 1 2 4 --steps 400
     python benchmarks/packed.py --devices cuda --packed-only --runs 1 8 39 --steps 2000   # the GPU pack alone
     python benchmarks/packed.py --host-overhead --runs 1 8 39     # the pack's per-step work besides arithmetic
+    python benchmarks/packed.py --count-ops --runs 1 8 39         # torch ops per pack step (what a GPU launches)
 
 Both sides train the same R configs (paper pursuit: 8 pursuers, 30 evaders, 16x16, the paper's conv dueling
 network, batch 32, one update per 4-step fragment; seeds 1..R; learning starts at step 40 so the budget is
@@ -29,6 +30,13 @@ but a nearly free network (the MLP body, heads of 8), so the time per pack step 
 ops and (on a GPU) kernel launches. If it grows with R, a GPU pack is bound by it whatever the device's speed::
 
     host time per pack step (R=<r>, <device>): <x> ms (<y> ms per run): <z> aggregate env-steps/s at most
+
+``--count-ops`` counts the torch (aten) operations the same host-overhead packs dispatch per pack step, in the same
+window, by the ``suPER`` module that issued them. On a GPU each is a kernel launch (or a host-side op) of some
+microseconds whatever the tensors' sizes, so the count bounds a GPU pack's rate from the host side; it is the
+same on every machine, so it can be measured here::
+
+    torch ops per pack step (R=<r>, <device>): <n> (<m> per run)
 
 Besides that, the packed/separate lines give the same ratio of env steps per CPU-second of the processes involved (``process_time``), which a loaded
 machine distorts less: there the OS gives R separate processes about R times the CPU share of one pack
@@ -66,6 +74,41 @@ def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens
               "run.threads": threads, "run.out": out})
 
 
+class OpCounter:
+    """Counts the aten ops dispatched while active, by the ``suPER`` module (file) that issued each one."""
+
+    def __init__(self) -> None:
+        import collections
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+                counter.total += 1
+                counter.by_module[counter.caller()] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.total = 0
+        self.by_module: collections.Counter[str] = collections.Counter()
+        self.mode = _Mode()
+
+    @staticmethod
+    def caller() -> str:
+        """The innermost ``suPER/`` source file on the Python stack (``?`` if none)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if f"{os.sep}suPER{os.sep}" in name:
+                return name.rsplit(f"{os.sep}suPER{os.sep}", 1)[1]
+            frame = frame.f_back
+        return "?"
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        return self.total, dict(self.by_module)
+
+
 class Clock:
     """Progress callback: the time and env steps of the first fragment and of the last one.
 
@@ -74,15 +117,21 @@ class Clock:
     leaves a number.
     """
 
-    def __init__(self, report_every: float = 0.0, runs: int = 1) -> None:
+    def __init__(self, report_every: float = 0.0, runs: int = 1, ops: OpCounter | None = None) -> None:
         self.first: tuple[float, float, int] | None = None
         self.last: tuple[float, float, int] = (0.0, 0.0, 0)
         self.report_every, self.runs, self._reported_at = report_every, runs, 0.0
+        self.ops = ops
+        self.ops_first: tuple[int, dict[str, int]] = (0, {})
+        self.ops_last: tuple[int, dict[str, int]] = (0, {})
 
     def __call__(self, env_steps: int, stats: dict[str, float]) -> None:
         now = (time.perf_counter(), time.process_time(), env_steps)
+        if self.ops is not None:
+            self.ops_last = self.ops.snapshot()
         if self.first is None:
             self.first, self._reported_at = now, now[0]
+            self.ops_first = self.ops_last
         self.last = now
         if self.report_every > 0 and now[0] - self._reported_at >= self.report_every:
             self._reported_at = now[0]
@@ -143,6 +192,26 @@ def packed(r: int, steps: int, device: str, hiddens: int, threads: int = 1,
     return r * env_steps / seconds, r * env_steps / cpu_s
 
 
+def count_ops(r: int, steps: int, device: str) -> tuple[float, dict[str, float]]:
+    """Torch ops per pack step of a host-overhead pack of r runs, total and by ``suPER`` module, between the end of
+    its first fragment and the end of its last (the window ``packed`` times)."""
+    from suPER.native.packed import train_pack
+    from suPER.runs import RunFolder
+
+    counter = OpCounter()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfgs = [make_cfg(seed, steps, device, 1, tmp, 8, host_only=True) for seed in range(1, r + 1)]
+        clock = Clock(ops=counter)
+        with counter.mode:
+            out = train_pack(cfgs, [RunFolder(Path(tmp) / c.run_name) for c in cfgs], progress=clock)
+    if any(isinstance(s, BaseException) for s in out):
+        raise SystemExit(f"benchmarks/packed.py: a packed run failed ({out})")
+    pack_steps = clock.last[2] - clock.first[2]
+    (n0, by0), (n1, by1) = clock.ops_first, clock.ops_last
+    by = {k: (v - by0.get(k, 0)) / pack_steps for k, v in by1.items() if v > by0.get(k, 0)}
+    return (n1 - n0) / pack_steps, dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, nargs="+", default=[1, 2, 4, 8], help="pack sizes R")
@@ -160,6 +229,8 @@ def main() -> None:
                     "present)")
     ap.add_argument("--host-overhead", action="store_true", help="time per pack step with a nearly free network "
                     "and device replay (what is not arithmetic), packs only")
+    ap.add_argument("--count-ops", action="store_true", help="torch ops per pack step of the --host-overhead packs, "
+                    "by suPER module (what a GPU pack launches per step), packs only")
     ap.add_argument("--packed-only", action="store_true", help="measure the pack alone, no separate processes (on a "
                     "GPU, R separate processes would each hold a CUDA context: not the comparison of interest)")
     args = ap.parse_args()
@@ -177,12 +248,19 @@ def main() -> None:
             print("benchmarks/packed.py: --devices cuda: no CUDA device here", file=sys.stderr)
             raise SystemExit(2)
     gpu = f", {torch.cuda.get_device_name()}" if any(d.startswith("cuda") for d in devices) else ""
-    net = "MLP body, heads 8, SUPER quantile, device replay" if args.host_overhead else f"hiddens {args.hiddens}"
+    host_only = args.host_overhead or args.count_ops
+    net = "MLP body, heads 8, SUPER quantile, device replay" if host_only else f"hiddens {args.hiddens}"
     print(f"# packed vs separate: {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}, torch "
           f"{torch.__version__}, {args.steps} env steps per run, {net}")
     results = []
     for device in devices:
         for r in args.runs:
+            if args.count_ops:
+                n, by = count_ops(r, args.steps, device)
+                results.append({"R": r, "device": device, "ops_per_pack_step": n, "ops_by_module": by})
+                top = ", ".join(f"{k} {v:.0f}" for k, v in list(by.items())[:8])
+                print(f"torch ops per pack step (R={r}, {device}): {n:.0f} ({n / r:.1f} per run)   [{top}]", flush=True)
+                continue
             if args.host_overhead:
                 pk, _ = packed(r, args.steps, device, 8, args.pack_threads, host_only=True)
                 ms = 1000 * r / pk  # seconds per pack step = R / aggregate rate

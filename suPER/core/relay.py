@@ -343,9 +343,20 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
     Returns:
         Per relay, ``(selected_NT, threshold_N)`` of ``td_abs_RNT``'s kind.
     """
+    stacked = _select_stacked(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
+    if stacked is None:
+        return [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+    selected, thresholds = stacked
+    return [(selected[i], thresholds[i]) for i in range(len(relays))]
+
+
+def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, windows_RNW: Any,
+                    rows: Sequence[int] | None) -> tuple[Any, Any] | None:
+    """``select_many``'s batched case as (selected_RNT, threshold_RN), or None (and nothing advanced) where it is
+    relay by relay."""
     R = len(relays)
     if R == 0:
-        return []
+        return None
     first = relays[0]
     rule, b = first.rule, first.bandwidth
     part_S = np.flatnonzero(first.participants_N)
@@ -358,7 +369,7 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
                and bool(np.asarray(valid_RNT)[:, part_S].all())
                and (not rule.uses_window or (windows_RNW is not None and len(counts) == 1)))
     if not batched or select_rows is None:
-        return [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+        return None
     tensor = is_tensor(td_abs_RNT)
     n_agents, T = td_abs_RNT.shape[1], td_abs_RNT.shape[2]
     S = like(td_abs_RNT, part_S)
@@ -388,7 +399,7 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
         chosen, c = select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
         selected[:, S] = chosen.reshape(R, len(part_S), T)
         thresholds[:, S] = c.reshape(R, len(part_S))
-    return [(selected[i], thresholds[i]) for i in range(R)]
+    return selected, thresholds
 
 
 def plan_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, windows_RNW: Any = None,
@@ -396,7 +407,12 @@ def plan_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, w
     """``relays[i].plan(...)`` for every i, selecting through ``select_many``."""
     if not all(rel.active for rel in relays):
         return [rel.plan(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
-    picks = select_many(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
+    stacked = _select_stacked(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
+    if stacked is None:
+        picks = [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+    else:  # routing needs the selections on the host: one copy for all relays, not two per relay
+        selected_RNT, thresholds_RN = to_numpy(stacked[0]), to_numpy(stacked[1])
+        picks = [(selected_RNT[i], thresholds_RN[i]) for i in range(len(relays))]
     return [rel.plan_selected(sel, thr, valid_RNT[i]) for i, (rel, (sel, thr)) in enumerate(zip(relays, picks))]
 
 

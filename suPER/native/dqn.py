@@ -30,6 +30,7 @@ are pure functions in ``suPER.native.dqn_loss`` (TD target, weighted loss, prior
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,15 +295,19 @@ class Fragment:
                    np.zeros((steps, n_agents), dtype=np.float32), np.zeros((steps, n_agents), dtype=np.float32),
                    np.zeros((steps, n_agents), dtype=bool))
 
-    def grouped(self, n_policies: int) -> list[np.ndarray]:
-        """(obs, action, reward, next_obs, done) as [P, N/P * T, ...] for one batched TD pass."""
+    def grouped(self, n_policies: int, runs: bool = False) -> list[np.ndarray]:
+        """(obs, action, reward, next_obs, done) as [P, N/P * T, ...] for one batched TD pass; with ``runs``, of a
+        pack's stacked fragment ([R, T, N, ...]) as [R * P, N/P * T, ...], equal to concatenating each run's."""
         arrays = (self.obs_TNO, self.action_TN, self.reward_TN, self.next_obs_TNO, self.done_TN)
+        if runs:
+            return [x.swapaxes(1, 2).reshape(x.shape[0] * n_policies, -1, *x.shape[3:]) for x in arrays]
         return [x.swapaxes(0, 1).reshape(n_policies, -1, *x.shape[2:]) for x in arrays]
 
-    def rows(self, t_K: np.ndarray, n_K: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(obs, action, reward, next_obs, done) of the rows (t, n)."""
-        return (self.obs_TNO[t_K, n_K], self.action_TN[t_K, n_K], self.reward_TN[t_K, n_K],
-                self.next_obs_TNO[t_K, n_K], self.done_TN[t_K, n_K])
+    def rows(self, *index_K: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(obs, action, reward, next_obs, done) of the rows ``(t_K, n_K)``; of a pack's stacked fragment (fields
+        ``[R, T, N, ...]``, ``_PackState``) the rows ``(r_K, t_K, n_K)``, one gather per field for all runs."""
+        return (self.obs_TNO[index_K], self.action_TN[index_K], self.reward_TN[index_K],
+                self.next_obs_TNO[index_K], self.done_TN[index_K])
 
 
 def load_init_team(path: str, q_net: BatchedQNet) -> dict[str, torch.Tensor]:
@@ -349,8 +354,42 @@ class Rows:
                     np.concatenate([p.stream_K for p in parts]))
 
 
-def fragment_rows(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: np.ndarray | None,
-                  insertion: InsertionPolicy) -> Rows:
+@dataclass
+class RowIndex:
+    """Which rows of a fragment go to which buffer: ``Rows`` before the observations are gathered, so a pack can
+    gather every run's rows from its stacked fragment at once (``join``)."""
+
+    policy_K: np.ndarray
+    t_K: np.ndarray
+    n_K: np.ndarray
+    priority_K: np.ndarray | None
+    stream_K: np.ndarray
+
+    def rows(self, frag: Fragment) -> Rows:
+        """The rows themselves, from the fragment the indices were made on."""
+        return Rows(self.policy_K, frag.rows(self.t_K, self.n_K), self.priority_K, self.stream_K)
+
+    @staticmethod
+    def join(parts: Mapping[int, RowIndex], stacked: Fragment, n_pol: int) -> Rows:
+        """``Rows.join`` of runs' rows gathered from the pack's stacked fragment (run r's fragment is ``stacked``'s
+        ``[r]``, its policy p the buffer's ``r * n_pol + p``): one gather per field for all runs, the same rows in
+        the same order as joining each run's ``rows``.
+
+        Raises:
+            ValueError: some parts carry priorities and others not (one add takes all or none).
+        """
+        ix = list(parts.values())
+        if len({p.priority_K is None for p in ix}) > 1:
+            raise ValueError("cannot join rows with and without insertion priorities in one add")
+        r_K = np.concatenate([np.full(len(p.t_K), r, dtype=np.int64) for r, p in parts.items()])
+        t_K, n_K = np.concatenate([p.t_K for p in ix]), np.concatenate([p.n_K for p in ix])
+        return Rows(np.concatenate([p.policy_K + r * n_pol for r, p in parts.items()]), stacked.rows(r_K, t_K, n_K),
+                    None if ix[0].priority_K is None else np.concatenate([p.priority_K for p in ix]),
+                    np.concatenate([p.stream_K for p in ix]))
+
+
+def fragment_index(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: np.ndarray | None,
+                   insertion: InsertionPolicy) -> RowIndex:
     """Every valid row of ``frag``, for its agent's policy buffer.
 
     Priority: the policy's running max (PER convention), or with ``legacy_td_NT`` given the original's
@@ -362,7 +401,13 @@ def fragment_rows(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: n
     if legacy_td_NT is not None:
         priority = (legacy_td_NT[n_K, frag.valid_TN.argmax(axis=0)[n_K]] + insertion.eps if insertion.sender_side
                     else np.ones(len(n_K)))
-    return Rows(policy_of_agent_N[n_K], frag.rows(t_K, n_K), priority, n_K)
+    return RowIndex(policy_of_agent_N[n_K], t_K, n_K, priority, n_K)
+
+
+def fragment_rows(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: np.ndarray | None,
+                  insertion: InsertionPolicy) -> Rows:
+    """The rows of ``fragment_index``."""
+    return fragment_index(frag, policy_of_agent_N, legacy_td_NT, insertion).rows(frag)
 
 
 def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_agent_N: np.ndarray,
@@ -371,8 +416,8 @@ def store_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, policy_of_a
     fragment_rows(frag, policy_of_agent_N, legacy_td_NT, insertion).add_to(buffer)
 
 
-def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray,
-               plan: RelayPlan | None = None) -> tuple[Rows | None, RelayPlan]:
+def relay_index(frag: Fragment, relay: Relay, td_NT: np.ndarray,
+                plan: RelayPlan | None = None) -> tuple[RowIndex | None, RelayPlan]:
     """SUPER: select rows of ``frag`` by |TD| (``relay.plan``: advances its windows and generator; or the ``plan``
     already made, e.g. by ``relay.plan_many`` for a pack) and the copies for the receivers' buffers
     (``relay.insertion`` priorities); None when nothing is relayed."""
@@ -380,8 +425,16 @@ def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray,
     if not plan.n_relayed:
         return None, plan
     s_K, r_K = plan.sender_K, plan.row_K
-    priority = relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
-    return Rows(plan.receiver_K, frag.rows(r_K, s_K), priority, s_K), plan
+    # the "max" rule needs no |TD| (and gathering them would be one more device op per run of a pack)
+    priority = None if relay.insertion.rule == "max" else relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
+    return RowIndex(plan.receiver_K, r_K, s_K, priority, s_K), plan
+
+
+def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray,
+               plan: RelayPlan | None = None) -> tuple[Rows | None, RelayPlan]:
+    """The rows of ``relay_index``."""
+    index, plan = relay_index(frag, relay, td_NT, plan)
+    return (None if index is None else index.rows(frag)), plan
 
 
 def relay_fragment(buffer: MultiAgentPER | TorchPER, frag: Fragment, relay: Relay, td_NT: np.ndarray) -> RelayPlan:

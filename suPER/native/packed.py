@@ -61,7 +61,15 @@ from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.models.packed import PackedQNet, packed_adam
 from suPER.native import dqn_loss
-from suPER.native.dqn import Fragment, Rows, fragment_rows, relay_fragment, relay_rows, store_fragment
+from suPER.native.dqn import (
+    Fragment,
+    RowIndex,
+    Rows,
+    fragment_index,
+    relay_fragment,
+    relay_index,
+    store_fragment,
+)
 from suPER.native.dqn_loss import q_of_actions
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.replay.torch_per import TorchPER
@@ -345,16 +353,20 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                     or (runs[r].insertion.rule == "legacy" and runs[r].insertion.sender_side)]
         td_RNT: np.ndarray | torch.Tensor | None = None
         if needs_td:
-            parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
-                     for r in range(R)]
-            stacked = [concatenate([p[i] for p in parts]) for i in range(5)]
+            if whole_state is not None and len(live) == R:  # the runs' fragments are views of one: one op per field
+                stacked = whole_state.frag.grouped(n_pol, runs=True)
+            else:
+                parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
+                         for r in range(R)]
+                stacked = [concatenate([p[i] for p in parts]) for i in range(5)]
             td_t = td_errors(*stacked).reshape(R, n_agents, -1)
             td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
         # store, relay: each run into its own buffers; one add of every run's rows when they share one buffer
         td_of = {r: td_RNT[r] if td_RNT is not None and r in needs_td else None for r in live}
         if shared is not None and shared.whole is not None and len(live) == R:
-            _store_and_relay_joined(shared.whole, runs, n_pol, policy_of_agent_N, td_RNT, td_of, relay_windows, guarded)
+            _store_and_relay_joined(shared.whole, runs, n_pol, policy_of_agent_N, td_RNT, td_of, relay_windows, guarded,
+                                    None if whole_state is None else whole_state.frag)
         else:
             for r in live:
                 guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N, td_of[r])
@@ -768,16 +780,19 @@ def _stack_relay_windows(runs: list[_Run]) -> Any:
 
 
 def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, policy_of_agent_N: np.ndarray,
-                            td_RNT: Any, td_of: dict[int, Any], relay_windows: Any, guarded: Any) -> None:
+                            td_RNT: Any, td_of: dict[int, Any], relay_windows: Any, guarded: Any,
+                            stacked: Fragment | None = None) -> None:
     """``_store_and_relay`` of every run with two adds to the pack's one buffer instead of two per run, and one
     relay selection for all runs (``relay.plan_many`` on the stacked windows) instead of one per run and sender.
 
-    Each run's own rows and relay plan are made as alone (``fragment_rows``; ``plan_many`` equals each relay's
+    Each run's own rows and relay plan are made as alone (``fragment_index``; ``plan_many`` equals each relay's
     ``plan``: its windows and generator); run r's policy p is row ``r * n_pol + p`` of ``whole``, so every policy
     receives the same rows in the same order as from its run's own adds (own rows first, then relayed ones) and ends in the same slots with
-    the same priorities. A run that fails while its rows are made stops alone; when the joined add refuses its
-    input (rows with and without insertion priorities, a non-finite priority: nothing written), the rows are
-    added run by run, so only a run whose own add fails stops.
+    the same priorities. ``stacked``: the runs' fragments are its views (``_PackState``), so each add's rows are
+    gathered from it with one op per field for all runs (``RowIndex.join``) instead of per run. A run that fails
+    while its rows are made stops alone; when the joined add refuses its input (rows with and without insertion
+    priorities, a non-finite priority: nothing written), the rows are added run by run, so only a run whose own
+    add fails stops.
     """
     t0 = time.perf_counter()
     relaying = [r for r, run in enumerate(runs) if run.active and run.relay is not None and run.relay.active
@@ -788,16 +803,16 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
         made = plan_many([runs[r].relay for r in relaying], td_RNT[like(td_RNT, np.asarray(relaying))], valid_RNT,
                          relay_windows, rows=relaying)
         plans = dict(zip(relaying, made))
-    own: dict[int, Rows] = {}
-    relayed: dict[int, Rows] = {}
+    own: dict[int, RowIndex] = {}
+    relayed: dict[int, RowIndex] = {}
     for r, run in enumerate(runs):
         td_NT = td_of[r]
-        rows = guarded(r, "store / relay", fragment_rows, run.frag, policy_of_agent_N,
-                       td_NT if run.insertion.rule == "legacy" else None, run.insertion)
-        if rows is None:
+        index = guarded(r, "store / relay", fragment_index, run.frag, policy_of_agent_N,
+                        td_NT if run.insertion.rule == "legacy" else None, run.insertion)
+        if index is None:
             continue
         if r in plans:
-            made = guarded(r, "store / relay", relay_rows, run.frag, run.relay, td_NT, plans[r])
+            made = guarded(r, "store / relay", relay_index, run.frag, run.relay, td_NT, plans[r])
             if made is None:
                 continue
             copies, plan = made
@@ -805,16 +820,19 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
                 relayed[r] = copies
             run.relay_fraction.append(plan.fraction_N)
             run.relay_received += plan.received_N
-        own[r] = rows
+        own[r] = index
     for parts in (own, relayed):
         if not parts:
             continue
         try:
-            Rows.join(list(parts.values()), [r * n_pol for r in parts]).add_to(whole)
+            if stacked is not None:
+                RowIndex.join(parts, stacked, n_pol).add_to(whole)
+            else:
+                Rows.join([p.rows(runs[r].frag) for r, p in parts.items()], [r * n_pol for r in parts]).add_to(whole)
         except ValueError:
-            for r, rows in parts.items():
+            for r, index in parts.items():
                 if runs[r].active:
-                    guarded(r, "store / relay", rows.add_to, runs[r].buffer)
+                    guarded(r, "store / relay", lambda r=r, index=index: index.rows(runs[r].frag).add_to(runs[r].buffer))
     _charge(runs, "store", t0)
 
 

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from suPER import config as C
+from suPER.core.relay import InsertionPolicy
 from suPER.native import dqn
+from suPER.native.dqn import Fragment, RowIndex, Rows, fragment_index
 from suPER.native.packed import check_packable, train_pack
 from suPER.runs import RunFolder
 
@@ -346,6 +348,9 @@ def test_a_device_pack_adds_every_runs_rows_at_once_as_each_run_alone(tmp_path: 
         return real_add(self, policy_K, *args, **kwargs)
 
     monkeypatch.setattr(TorchPER, "add", add)
+    gathers: list[int] = []  # the joined adds' rows come from the pack's stacked fragment, one gather for all runs
+    real_join = RowIndex.join
+    monkeypatch.setattr(RowIndex, "join", staticmethod(lambda parts, *a: gathers.append(len(parts)) or real_join(parts, *a)))
     cfgs = {m: [tiny_cfg(1, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain"}),
                 tiny_cfg(2, True, 6, tmp_path / m, **{"run.replay_device": m, "run.replay_layout": "plain", **second})]
             for m in ("numpy", "device")}
@@ -353,6 +358,31 @@ def test_a_device_pack_adds_every_runs_rows_at_once_as_each_run_alone(tmp_path: 
     assert all(int(record(c, "pack")["trainer"]["relay_received"].sum()) > 0 for c in cfgs["device"])
     joined = "relay.mode" in second  # own rows always go in one add; relayed rows when they can
     assert (2, False) in adds and ((2, True) in adds) == joined and (1, False) not in adds
+    assert 2 in gathers
+
+
+def test_rows_gathered_from_the_stacked_fragment_equal_each_runs_own() -> None:
+    """``RowIndex.join`` on a pack's stacked fragment (runs' fragments are its views) gives ``Rows.join`` of each
+    run's own rows, and ``grouped(runs=True)`` the concatenation of each run's ``grouped``, on device tensors and
+    numpy fields alike."""
+    R, T, N, n_pol = 3, 4, 4, 2
+    rng = np.random.default_rng(0)
+    stacked = Fragment(*(torch.as_tensor(rng.random((R, T, N, 2, 2, 3)), dtype=torch.float32) for _ in range(2)),
+                       rng.integers(0, 5, (R, T, N)), rng.random((R, T, N)).astype(np.float32),
+                       rng.random((R, T, N)) < 0.3, rng.random((R, T, N)) < 0.8)
+    frags = [Fragment(*(x[r] for x in (stacked.obs_TNO, stacked.next_obs_TNO, stacked.action_TN, stacked.reward_TN,
+                                       stacked.done_TN, stacked.valid_TN))) for r in range(R)]
+    policy_of_agent_N = np.arange(N) % n_pol
+    parts = {r: fragment_index(frags[r], policy_of_agent_N, None, InsertionPolicy("max", 0.01, False))
+             for r in (0, 2)}  # run 1 sits this add out
+    got = RowIndex.join(parts, stacked, n_pol)
+    want = Rows.join([parts[r].rows(frags[r]) for r in parts], [r * n_pol for r in parts])
+    for a, b in zip((got.policy_K, *got.fields, got.stream_K), (want.policy_K, *want.fields, want.stream_K)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert got.priority_K is None and len(got.policy_K) == sum(f.valid_TN.sum() for f in (frags[0], frags[2]))
+    for a, b in zip(stacked.grouped(n_pol, runs=True), (np.concatenate([np.asarray(f.grouped(n_pol)[i]) for f in frags])
+                                                        for i in range(5))):
+        assert np.array_equal(np.asarray(a), b)
 
 
 @pytest.mark.slow
