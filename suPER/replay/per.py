@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from suPER.arrays import namespace, row_taker
+from suPER.arrays import is_tensor, like, namespace, row_taker
 
 __all__ = ["Batch", "MultiAgentPER", "descend", "ring_slots", "set_leaves"]
 
@@ -110,20 +110,25 @@ def set_leaves(sum_flat: Any, min_flat: Any, sum_pairs: Any, min_pairs: Any, tre
         value_M: float64 ``[M]`` tree values ``priority ** alpha``.
         leaf0, depth: ``C`` and ``log2(C)``.
     """
-    minimum = namespace(sum_flat).minimum
     take_sum, take_min = row_taker(sum_pairs), row_taker(min_pairs)
     node = slot_M + leaf0
     flat = tree_base_M + node
     sum_flat[flat] = value_M
     min_flat[flat] = value_M
-    for _ in range(depth):
-        node >>= 1
-        pair = pair_base_M + node  # children 2n, 2n+1
-        flat = pair + pair_base_M  # = tree_base + node
-        s = take_sum(pair)  # [M, 2]
+    # every level's touched parents at once (node >> level), so a level is a gather, a reduction and a write per
+    # tree: on a device, each op is a launch (a pack's adds and priority updates run this every fragment)
+    pair_LM = pair_base_M + (node[None, :] >> like(node, np.arange(1, depth + 1, dtype=np.int64))[:, None])
+    flat_LM = pair_LM + pair_base_M  # = tree_base + parent
+    if is_tensor(sum_flat):
+        for pair, flat in zip(pair_LM, flat_LM):  # children 2n, 2n+1 of each parent n
+            sum_flat[flat] = take_sum(pair).sum(1)  # the sum of two numbers: s[:, 0] + s[:, 1], bit for bit
+            min_flat[flat] = take_min(pair).amin(1)
+        return
+    for pair, flat in zip(pair_LM, flat_LM):  # numpy: two views and a ufunc beat a reduction on [M, 2]
+        s = take_sum(pair)
         sum_flat[flat] = s[:, 0] + s[:, 1]
         m = take_min(pair)
-        min_flat[flat] = minimum(m[:, 0], m[:, 1])
+        min_flat[flat] = np.minimum(m[:, 0], m[:, 1])
 
 
 def descend(sum_pairs: Any, pair_base: Any, u: Any, depth: int, guard: bool) -> Any:

@@ -92,6 +92,11 @@ def test_same_rows_weights_and_indices_as_the_numpy_buffer(device: str, rule: st
     assert plan_h.n_relayed > 0 and host.sizes.tolist() == [CAPACITY] * P
     assert_same_state(host.state_dict(), dev.state_dict())
     np.testing.assert_allclose(host.max_priority(), dev.max_priority(), rtol=0)
+    sd = dev.state_dict()  # the device trees' own invariant, exactly: each internal node is its children's sum / min
+    s, m = to_numpy(sd["sum_tree"]), to_numpy(sd["min_tree"])
+    internal = np.arange(1, s.shape[1] // 2)
+    np.testing.assert_array_equal(s[:, internal], s[:, 2 * internal] + s[:, 2 * internal + 1])
+    np.testing.assert_array_equal(m[:, internal], np.minimum(m[:, 2 * internal], m[:, 2 * internal + 1]))
 
 
 def _on(frag: Fragment, device: str) -> Fragment:
