@@ -86,10 +86,13 @@ class OpCounter:
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
-                counter.total += 1
-                counter.by_module[counter.caller()] += 1
+                if counter.on:
+                    counter.total += 1
+                    counter.by_module[counter.caller()] += 1
                 return func(*args, **(kwargs or {}))
 
+        self.on = False
+        """counting (``Clock`` turns it on at the first fragment and off at the last: evaluations are not walked)"""
         self.total = 0
         self.by_module: collections.Counter[str] = collections.Counter()
         self.mode = _Mode()
@@ -117,11 +120,12 @@ class Clock:
     leaves a number.
     """
 
-    def __init__(self, report_every: float = 0.0, runs: int = 1, ops: OpCounter | None = None) -> None:
+    def __init__(self, report_every: float = 0.0, runs: int = 1, ops: OpCounter | None = None,
+                 last_step: int = 0) -> None:
         self.first: tuple[float, float, int] | None = None
         self.last: tuple[float, float, int] = (0.0, 0.0, 0)
         self.report_every, self.runs, self._reported_at = report_every, runs, 0.0
-        self.ops = ops
+        self.ops, self.last_step = ops, last_step
         self.ops_first: tuple[int, dict[str, int]] = (0, {})
         self.ops_last: tuple[int, dict[str, int]] = (0, {})
 
@@ -129,6 +133,7 @@ class Clock:
         now = (time.perf_counter(), time.process_time(), env_steps)
         if self.ops is not None:
             self.ops_last = self.ops.snapshot()
+            self.ops.on = env_steps < self.last_step  # the window: from the first fragment to the last
         if self.first is None:
             self.first, self._reported_at = now, now[0]
             self.ops_first = self.ops_last
@@ -201,7 +206,7 @@ def count_ops(r: int, steps: int, device: str) -> tuple[float, dict[str, float]]
     counter = OpCounter()
     with tempfile.TemporaryDirectory() as tmp:
         cfgs = [make_cfg(seed, steps, device, 1, tmp, 8, host_only=True) for seed in range(1, r + 1)]
-        clock = Clock(ops=counter)
+        clock = Clock(ops=counter, last_step=steps)
         with counter.mode:
             out = train_pack(cfgs, [RunFolder(Path(tmp) / c.run_name) for c in cfgs], progress=clock)
     if any(isinstance(s, BaseException) for s in out):
