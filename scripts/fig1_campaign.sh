@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 13: start or resume the Figure 1 campaign (docs/results.md "Figure 1, reproduced") on this machine.
+#
+#   bash scripts/fig1_campaign.sh [--worktree DIR] [GRID-RUN ARGS...]
+#   bash scripts/fig1_campaign.sh --filter seed=1 --filter env=battle,adversarial_pursuit --filter 'name=*-ddqn,*-super-quantile'
+#   bash scripts/fig1_campaign.sh                      # the whole grid (finished runs skipped, unfinished resumed)
+#
+# Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused if it is at
+# another commit), its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
+# its run folder (status "finished" in their manifests, so `grid run` skips them instead of training them again;
+# a new machine has lost the run folders), then `grid run` detached in its own session at the lowest scheduler
+# share (setsid gives it its own autogroup, where plain nice does not yield; so the autogroup is niced too).
+# Check afterwards: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
+set -euo pipefail
+COMMIT=c083f22
+repo=$(cd "$(dirname "$0")/.." && pwd)
+wt=/work/fig1
+if [ "${1:-}" = --worktree ]; then wt=$2; shift 2; fi
+if pgrep -f "grid run experiments/fig1.yaml" > /dev/null; then
+  echo "fig1_campaign.sh: a Figure 1 campaign is already running (pgrep -af 'grid run'); stop it first" >&2; exit 2
+fi
+[ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$COMMIT"
+at=$(git -C "$wt" rev-parse --short=7 HEAD)
+[ "$at" = "$COMMIT" ] || { echo "fig1_campaign.sh: --worktree $wt is at $at, the campaign runs at $COMMIT" >&2; exit 2; }
+[ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
+mkdir -p "$wt/runs/fig1"
+for rec in "$repo"/results/fig1/*/; do
+  [ -e "$wt/runs/fig1/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/fig1/"
+done
+cd "$wt"
+export RAY_AUTH_MODE=disabled WANDB_MODE=offline WANDB_SILENT=true
+setsid nohup bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
+  exec nice -n 19 .venv/bin/super-marl grid run experiments/fig1.yaml --cpus-per-trial 1 --no-wandb "$@"' \
+  fig1 "$@" >> campaign.log 2>&1 < /dev/null &
+echo "fig1_campaign.sh: started in $wt at $COMMIT (pid $!), log $wt/campaign.log"
