@@ -86,6 +86,7 @@ def test_envs_quick(tmp_path: Path) -> None:
     assert all(r["env_steps"] == 4 * 15 for r in rows if r["env"] == "evaluation: pursuit")  # never all caught
 
 
+@pytest.mark.slow
 def test_conv_forms_quick() -> None:
     """benchmarks/conv_forms.py --quick: the SGEMM ceiling line and one row per case, where the im2col + bmm
     form it compares against gives the library's Q-values to float32 rounding (same weights, same inputs)."""
