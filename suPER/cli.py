@@ -759,10 +759,14 @@ def grid_list(
     counts: dict[str, int] = {}
     rows = []
     for r in selected:
-        status = "pending" if r.pending else (runs.RunFolder(out / r.run_name).status() or "-")
+        folder = runs.RunFolder(out / r.run_name)
+        status = "pending" if r.pending else (folder.status() or "-")
         counts[status] = counts.get(status, 0) + 1
+        shown = status
+        if status not in ("pending", "-", runs.FINISHED) and (progress := folder.progress()) is not None:
+            shown = f"{status} {progress[0]:,}/{progress[1]:,}"  # env steps of its last evaluation row / budget
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
-        rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, status, flags])
+        rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, shown, flags])
     notes = []
     if common:
         notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))

@@ -204,6 +204,17 @@ class RunFolder:
         """``finished`` / ``running`` / ``failed`` / ``interrupted``, or None for a fresh folder."""
         return self.read_manifest().get("status")
 
+    def progress(self) -> tuple[int, int] | None:
+        """(env steps of the last evaluation row logged, the run's budget ``run.num_timesteps``), or None when the
+        folder has no readable config or metrics yet. What ``grid list`` shows for an unfinished run."""
+        try:
+            budget = int(json.loads(self.config.read_text())["run"]["num_timesteps"])
+            with self.metrics.open(newline="") as f:
+                rows = list(csv.DictReader(f))  # at most a few hundred evaluation rows
+            return (int(float(rows[-1]["env_steps"])) if rows else 0), budget
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
     def data_files(self) -> list[str]:
         """The files (relative to the folder) that make it hold a run: config, metrics, checkpoints."""
         names = ["config.json", "metrics.csv", "checkpoints/latest.pt", "checkpoints/final.pt",

@@ -228,3 +228,22 @@ def test_only_and_order_keys(tmp_path: Path) -> None:
         child.write_text("base: base.yaml\n" + text)
         with pytest.raises(G.GridError, match=message):
             G.load_grid(child)
+
+
+def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
+    """An unfinished run's status gains the env steps of its last evaluation row and its budget (a campaign that
+    spans sessions is checked with ``grid list``); a finished one and a fresh one show their status alone."""
+    import json
+
+    names = ["pursuit__ddqn__s1", "pursuit__ddqn_super_quantile__s1"]
+    for name, status in zip(names, ("running", "finished")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "manifest.json").write_text(json.dumps({"status": status}))
+        (folder / "config.json").write_text(json.dumps({"run": {"num_timesteps": 300}}))
+        (folder / "metrics.csv").write_text("env_steps,team_return_mean\n0,-3.5\n150,2.0\n")
+    r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
+                "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "running 150/300" in text and "finished 150/300" not in text and "1 finished, 1 running" in text
