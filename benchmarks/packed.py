@@ -92,7 +92,8 @@ class OpCounter:
                 return func(*args, **(kwargs or {}))
 
         self.on = False
-        """counting (``Clock`` turns it on at the first fragment and off at the last: evaluations are not walked)"""
+        """counting: ``Clock`` turns it on at the end of the first fragment and off at the end of the last, so the
+        totals are the timed window's (setup and evaluations are not counted)"""
         self.total = 0
         self.by_module: collections.Counter[str] = collections.Counter()
         self.mode = _Mode()
@@ -107,9 +108,6 @@ class OpCounter:
                 return name.rsplit(f"{os.sep}suPER{os.sep}", 1)[1]
             frame = frame.f_back
         return "?"
-
-    def snapshot(self) -> tuple[int, dict[str, int]]:
-        return self.total, dict(self.by_module)
 
 
 class Clock:
@@ -126,17 +124,13 @@ class Clock:
         self.last: tuple[float, float, int] = (0.0, 0.0, 0)
         self.report_every, self.runs, self._reported_at = report_every, runs, 0.0
         self.ops, self.last_step = ops, last_step
-        self.ops_first: tuple[int, dict[str, int]] = (0, {})
-        self.ops_last: tuple[int, dict[str, int]] = (0, {})
 
     def __call__(self, env_steps: int, stats: dict[str, float]) -> None:
         now = (time.perf_counter(), time.process_time(), env_steps)
         if self.ops is not None:
-            self.ops_last = self.ops.snapshot()
             self.ops.on = env_steps < self.last_step  # the window: from the first fragment to the last
         if self.first is None:
             self.first, self._reported_at = now, now[0]
-            self.ops_first = self.ops_last
         self.last = now
         if self.report_every > 0 and now[0] - self._reported_at >= self.report_every:
             self._reported_at = now[0]
@@ -212,9 +206,7 @@ def count_ops(r: int, steps: int, device: str) -> tuple[float, dict[str, float]]
     if any(isinstance(s, BaseException) for s in out):
         raise SystemExit(f"benchmarks/packed.py: a packed run failed ({out})")
     pack_steps = clock.last[2] - clock.first[2]
-    (n0, by0), (n1, by1) = clock.ops_first, clock.ops_last
-    by = {k: (v - by0.get(k, 0)) / pack_steps for k, v in by1.items() if v > by0.get(k, 0)}
-    return (n1 - n0) / pack_steps, dict(sorted(by.items(), key=lambda kv: -kv[1]))
+    return counter.total / pack_steps, {k: v / pack_steps for k, v in counter.by_module.most_common()}
 
 
 def main() -> None:

@@ -173,11 +173,15 @@ class InsertionPolicy:
         """The policy of a run: ``rc.insertion_priority``, ``per_eps`` and the env's sender-side flag."""
         return cls(rc.insertion_priority, float(per_eps), bool(sender_side))
 
-    def priorities(self, td_abs_K: np.ndarray, receiver_K: np.ndarray) -> np.ndarray | None:
-        """``insertion_priorities`` with this policy's rule, eps and sender-side flag (``td_abs_K``: array or tensor)."""
+    def priorities(self, td_abs_NT: Any, plan: RelayPlan) -> np.ndarray | None:
+        """``insertion_priorities`` of ``plan``'s copies with this policy's rule, eps and sender-side flag.
+
+        ``td_abs_NT``: the fragment's |TD| (array or tensor); each copy's is gathered only when the rule needs it
+        (not for ``max``: no gather, so a tensor's stay on its device and a pack pays no op per run)."""
         if self.rule == "max":
-            return None  # the |TD| are not needed (and a tensor's stay on its device)
-        return insertion_priorities(self.rule, to_numpy(td_abs_K), receiver_K, self.eps, self.sender_side)
+            return None
+        td_abs_K = to_numpy(td_abs_NT[plan.sender_K, plan.row_K])
+        return insertion_priorities(self.rule, td_abs_K, plan.receiver_K, self.eps, self.sender_side)
 
 
 class Relay:
@@ -320,7 +324,7 @@ class Relay:
 
 
 def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, windows_RNW: Any = None,
-                rows: Sequence[int] | None = None) -> list[tuple[Any, Any]]:
+                rows: Sequence[int] | None = None, to_host: bool = False) -> list[tuple[Any, Any]]:
     """``relays[i].select(td_abs_RNT[i], valid_RNT[i])`` for every i, batched over relays and senders where it can be.
 
     A pack's runs each have their own ``Relay`` (windows, generator, checkpoint); selecting them one sender at a
@@ -339,14 +343,16 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
         windows_RNW: the relays' windows side by side: ``relays[i].windows.values_NW`` is the view
             ``windows_RNW[rows[i]]`` (a pack allocates them so); None: relay by relay for windowed rules.
         rows: row of each relay in ``windows_RNW`` (default ``0 .. R-1``).
+        to_host: return numpy arrays, copied off the device once for all relays when selected batched.
 
     Returns:
-        Per relay, ``(selected_NT, threshold_N)`` of ``td_abs_RNT``'s kind.
+        Per relay, ``(selected_NT, threshold_N)`` of ``td_abs_RNT``'s kind (numpy with ``to_host``).
     """
     stacked = _select_stacked(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
     if stacked is None:
-        return [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
-    selected, thresholds = stacked
+        picks = [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
+        return [(to_numpy(s), to_numpy(t)) for s, t in picks] if to_host else picks
+    selected, thresholds = (to_numpy(x) for x in stacked) if to_host else stacked
     return [(selected[i], thresholds[i]) for i in range(len(relays))]
 
 
@@ -362,13 +368,15 @@ def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndar
     part_S = np.flatnonzero(first.participants_N)
     counts = {int(rel.windows.count_N[s]) for rel in relays for s in part_S}
     select_rows = rule.select_rows
-    batched = (select_rows is not None and all(rel.active for rel in relays)
+    if select_rows is None:
+        return None
+    batched = (all(rel.active for rel in relays)
                and all(rel.rule is rule and rel.bandwidth == b and rel.params == first.params
                        and rel.windows.window == first.windows.window
                        and np.array_equal(rel.participants_N, first.participants_N) for rel in relays)
                and bool(np.asarray(valid_RNT)[:, part_S].all())
                and (not rule.uses_window or (windows_RNW is not None and len(counts) == 1)))
-    if not batched or select_rows is None:
+    if not batched:
         return None
     tensor = is_tensor(td_abs_RNT)
     n_agents, T = td_abs_RNT.shape[1], td_abs_RNT.shape[2]
@@ -407,12 +415,8 @@ def plan_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray, w
     """``relays[i].plan(...)`` for every i, selecting through ``select_many``."""
     if not all(rel.active for rel in relays):
         return [rel.plan(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
-    stacked = _select_stacked(relays, td_abs_RNT, valid_RNT, windows_RNW, rows)
-    if stacked is None:
-        picks = [rel.select(td_abs_RNT[i], valid_RNT[i]) for i, rel in enumerate(relays)]
-    else:  # routing needs the selections on the host: one copy for all relays, not two per relay
-        selected_RNT, thresholds_RN = to_numpy(stacked[0]), to_numpy(stacked[1])
-        picks = [(selected_RNT[i], thresholds_RN[i]) for i in range(len(relays))]
+    # routing needs the selections on the host: one copy for all relays, not two per relay
+    picks = select_many(relays, td_abs_RNT, valid_RNT, windows_RNW, rows, to_host=True)
     return [rel.plan_selected(sel, thr, valid_RNT[i]) for i, (rel, (sel, thr)) in enumerate(zip(relays, picks))]
 
 

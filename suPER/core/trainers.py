@@ -278,7 +278,7 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
                 src = [rows_N[s][r] for s, r in zip(plan.sender_K, plan.row_K)]
                 receivers = [ids[r] for r in plan.receiver_K]
                 self._check_spaces(buffer, src, receivers, rows_N)
-                prio = relay.insertion.priorities(td_NT[plan.sender_K, plan.row_K], plan.receiver_K)
+                prio = relay.insertion.priorities(td_NT, plan)
                 buffer.add_relayed(receivers, [x[0] for x in src], [x[1] for x in src], [x[2] for x in src], prio)
             self._log_relay(plan.fraction_N, plan.n_relayed)
 

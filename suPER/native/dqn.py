@@ -346,12 +346,20 @@ class Rows:
         Raises:
             ValueError: some parts carry priorities and others not (one add takes all or none).
         """
-        if len({p.priority_K is None for p in parts}) > 1:
-            raise ValueError("cannot join rows with and without insertion priorities in one add")
         return Rows(np.concatenate([p.policy_K + off for p, off in zip(parts, policy_offsets)]),
                     tuple(concatenate([p.fields[i] for p in parts]) for i in range(5)),
-                    None if parts[0].priority_K is None else np.concatenate([p.priority_K for p in parts]),
-                    np.concatenate([p.stream_K for p in parts]))
+                    _join_priorities([p.priority_K for p in parts]), np.concatenate([p.stream_K for p in parts]))
+
+
+def _join_priorities(priorities: list[np.ndarray | None]) -> np.ndarray | None:
+    """The insertion priorities of one joined add: all None (the buffer's max) or all given.
+
+    Raises:
+        ValueError: some parts carry priorities and others not (one add takes all or none).
+    """
+    if len({p is None for p in priorities}) > 1:
+        raise ValueError("cannot join rows with and without insertion priorities in one add")
+    return None if priorities[0] is None else np.concatenate(priorities)
 
 
 @dataclass
@@ -379,13 +387,11 @@ class RowIndex:
             ValueError: some parts carry priorities and others not (one add takes all or none).
         """
         ix = list(parts.values())
-        if len({p.priority_K is None for p in ix}) > 1:
-            raise ValueError("cannot join rows with and without insertion priorities in one add")
+        priority_K = _join_priorities([p.priority_K for p in ix])  # refuses a mix before anything is gathered
         r_K = np.concatenate([np.full(len(p.t_K), r, dtype=np.int64) for r, p in parts.items()])
         t_K, n_K = np.concatenate([p.t_K for p in ix]), np.concatenate([p.n_K for p in ix])
         return Rows(np.concatenate([p.policy_K + r * n_pol for r, p in parts.items()]), stacked.rows(r_K, t_K, n_K),
-                    None if ix[0].priority_K is None else np.concatenate([p.priority_K for p in ix]),
-                    np.concatenate([p.stream_K for p in ix]))
+                    priority_K, np.concatenate([p.stream_K for p in ix]))
 
 
 def fragment_index(frag: Fragment, policy_of_agent_N: np.ndarray, legacy_td_NT: np.ndarray | None,
@@ -425,9 +431,7 @@ def relay_index(frag: Fragment, relay: Relay, td_NT: np.ndarray,
     if not plan.n_relayed:
         return None, plan
     s_K, r_K = plan.sender_K, plan.row_K
-    # the "max" rule needs no |TD| (and gathering them would be one more device op per run of a pack)
-    priority = None if relay.insertion.rule == "max" else relay.insertion.priorities(td_NT[s_K, r_K], plan.receiver_K)
-    return RowIndex(plan.receiver_K, r_K, s_K, priority, s_K), plan
+    return RowIndex(plan.receiver_K, r_K, s_K, relay.insertion.priorities(td_NT, plan), s_K), plan
 
 
 def relay_rows(frag: Fragment, relay: Relay, td_NT: np.ndarray,

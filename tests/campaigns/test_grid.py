@@ -246,4 +246,5 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
                 "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "running 150/300" in text and "finished 150/300" not in text and "1 finished, 1 running" in text
+    assert "running 150/300" in text and "finished 150/300" not in text
+    assert "(4 -, 1 finished, 1 running)" in text and "- 150/300" not in text  # 4 fresh folders: their status alone

@@ -143,7 +143,7 @@ def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
     plans = [r.plan(td_NT, valid_NT) for r in (native, rllib)]  # same generator seed -> same picks
     np.testing.assert_array_equal(plans[0].selected_NT, plans[1].selected_NT)
     p = plans[0]
-    prio = [r.insertion.priorities(td_NT[p.sender_K, p.row_K], p.receiver_K) for r in (native, rllib)]
+    prio = [r.insertion.priorities(td_NT, p) for r in (native, rllib)]
     np.testing.assert_array_equal(prio[0], prio[1])
     if env == "battle":  # the sender's |td| + dqn.per_eps of each receiver's first relayed row
         first = {int(r): int(np.flatnonzero(p.receiver_K == r)[0]) for r in np.unique(p.receiver_K)}
