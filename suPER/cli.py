@@ -761,13 +761,18 @@ def grid_list(
     for r in selected:
         folder = runs.RunFolder(out / r.run_name)
         status = "pending" if r.pending else (folder.status() or "-")
+        if status == runs.RUNNING and folder.writer_exited():
+            status = "stopped"  # the manifest says running, but the process writing it was killed
         counts[status] = counts.get(status, 0) + 1
         shown = status
         if status not in ("pending", "-", runs.FINISHED) and (progress := folder.progress()) is not None:
-            shown = f"{status} {progress[0]:,}/{progress[1]:,}"  # env steps of its last evaluation row / budget
+            shown = f"{status} {progress.describe()}"  # last evaluation row's env steps / budget, time left
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
         rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, shown, flags])
     notes = []
+    if "stopped" in counts:
+        notes.append("stopped: the manifest says running but the process that wrote it has exited (killed); "
+                     "grid run resumes it from its last checkpoint")
     if common:
         notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

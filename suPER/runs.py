@@ -157,6 +157,24 @@ def _json_default(obj: Any) -> Any:
 # run folder
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """Where an unfinished run stands (``RunFolder.progress``): env steps of its last evaluation row, its budget,
+    and the seconds left at its recent pace (None until two rows exist)."""
+
+    env_steps: int
+    budget: int
+    seconds_left: float | None
+
+    def describe(self) -> str:
+        """``42,500/100,000, ~2.6 h left`` (the time left only when known)."""
+        text = f"{self.env_steps:,}/{self.budget:,}"
+        if self.seconds_left is not None:
+            left = self.seconds_left
+            text += f", ~{left / 3600:.1f} h left" if left >= 5400 else f", ~{max(left / 60, 1):.0f} min left"
+        return text
+
+
 @dataclass
 class RunFolder:
     """Paths of one run's folder."""
@@ -204,16 +222,30 @@ class RunFolder:
         """``finished`` / ``running`` / ``failed`` / ``interrupted``, or None for a fresh folder."""
         return self.read_manifest().get("status")
 
-    def progress(self) -> tuple[int, int] | None:
-        """(env steps of the last evaluation row logged, the run's budget ``run.num_timesteps``), or None when the
-        folder has no readable config or metrics yet. What ``grid list`` shows for an unfinished run."""
+    def progress(self, rate_rows: int = 5) -> RunProgress | None:
+        """How far the run is, from its config and metrics.csv; None when the folder has no readable config or
+        metrics yet. What ``grid list`` shows for an unfinished run.
+
+        The time left is ``(budget - env_steps) * dwall / dsteps`` over the last ``rate_rows`` intervals between
+        evaluation rows (``wall_time_s`` includes evaluation and checkpoints, and continues across resumes),
+        so it is the recent pace of this run on this machine; None with fewer than two rows.
+        """
         try:
             budget = int(json.loads(self.config.read_text())["run"]["num_timesteps"])
             with self.metrics.open(newline="") as f:
                 rows = list(csv.DictReader(f))  # at most a few hundred evaluation rows
-            return (int(float(rows[-1]["env_steps"])) if rows else 0), budget
+            steps = [float(r["env_steps"]) for r in rows]
+            walls = [float(r.get("wall_time_s") or "nan") for r in rows]
         except (OSError, ValueError, TypeError, KeyError):
             return None
+        env_steps = int(steps[-1]) if steps else 0
+        seconds_left = None
+        if len(rows) >= 2:
+            first = max(0, len(rows) - 1 - rate_rows)
+            d_steps, d_wall = steps[-1] - steps[first], walls[-1] - walls[first]
+            if d_steps > 0 and d_wall > 0:  # NaN (no wall_time_s column) fails both comparisons
+                seconds_left = max(budget - env_steps, 0) * d_wall / d_steps
+        return RunProgress(env_steps, budget, seconds_left)
 
     def data_files(self) -> list[str]:
         """The files (relative to the folder) that make it hold a run: config, metrics, checkpoints."""
@@ -252,6 +284,28 @@ class RunFolder:
             raise RunFolderError(f"{self.manifest}: expected a manifest with status finished, running, failed or "
                                  f"interrupted, got {got}; {fix}")
         return data
+
+    def writer_exited(self) -> bool:
+        """True when the process that held the writer lock is gone: its lock file names a pid on this host that no
+        longer exists (a killed writer leaves the file; one that ends releases it and sets the manifest's status),
+        so a manifest saying ``running`` is stale. False when the writer may live, runs on another host, or left
+        no lock file (folders written before the lock existed): what cannot be told is not called stopped.
+
+        Read-only on purpose: probing the flock itself could make a writer starting at that instant refuse.
+        """
+        try:
+            info = json.loads(self.lock_file.read_text() or "{}")
+        except (OSError, ValueError):
+            return False
+        if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+            return False
+        try:
+            os.kill(int(info["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, KeyError, TypeError, ValueError, OverflowError):
+            return False
+        return False
 
     def lock(self) -> FolderLock:
         """Take the writer lock of this folder (see :class:`FolderLock`); the folder must exist."""

@@ -231,8 +231,9 @@ def test_only_and_order_keys(tmp_path: Path) -> None:
 
 
 def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
-    """An unfinished run's status gains the env steps of its last evaluation row and its budget (a campaign that
-    spans sessions is checked with ``grid list``); a finished one and a fresh one show their status alone."""
+    """An unfinished run's status gains the env steps of its last evaluation row, its budget and the time left at
+    its recent pace (a campaign that spans sessions is checked with ``grid list``); a finished one and a fresh
+    one show their status alone."""
     import json
 
     names = ["pursuit__ddqn__s1", "pursuit__ddqn_super_quantile__s1"]
@@ -241,10 +242,68 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
         folder.mkdir()
         (folder / "manifest.json").write_text(json.dumps({"status": status}))
         (folder / "config.json").write_text(json.dumps({"run": {"num_timesteps": 300}}))
-        (folder / "metrics.csv").write_text("env_steps,team_return_mean\n0,-3.5\n150,2.0\n")
+        # 150 steps took 300 s (evaluations included): 150 steps left take ~300 s more
+        (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3.5,10\n150,2.0,310\n")
     r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
                 "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "running 150/300" in text and "finished 150/300" not in text
+    assert "running 150/300, ~5 min left" in text and "finished 150/300" not in text
     assert "(4 -, 1 finished, 1 running)" in text and "- 150/300" not in text  # 4 fresh folders: their status alone
+
+
+def test_run_progress_time_left_follows_the_recent_pace(tmp_path: Path) -> None:
+    """The time left uses the last ``rate_rows`` intervals only (a run that slowed down, e.g. when a second run
+    started next to it, shows its current pace), and is unknown with one row or without ``wall_time_s``."""
+    import json
+
+    from suPER.runs import RunFolder
+
+    folder = RunFolder(tmp_path / "r")
+    folder.path.mkdir()
+    (folder.path / "config.json").write_text(json.dumps({"run": {"num_timesteps": 10_000}}))
+    # 1 s per step for the first 1,000 steps, then 4 s per step
+    rows = [(s, s if s <= 1000 else 1000 + 4 * (s - 1000)) for s in range(0, 3001, 250)]
+    (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n" + "".join(f"{s},{w}\n" for s, w in rows))
+    p = folder.progress(rate_rows=5)
+    assert (p.env_steps, p.budget) == (3000, 10_000)
+    assert p.seconds_left == pytest.approx(7000 * 4.0)
+    assert p.describe() == "3,000/10,000, ~7.8 h left"
+    assert folder.progress(rate_rows=12).seconds_left == pytest.approx(7000 * 9000 / 3000)  # the whole history
+    (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n0,5\n")
+    assert folder.progress().seconds_left is None and folder.progress().describe() == "0/10,000"
+    (folder.path / "metrics.csv").write_text("env_steps\n0\n500\n")
+    assert folder.progress().seconds_left is None and folder.progress().env_steps == 500
+
+
+def test_grid_list_tells_a_killed_writer_from_a_live_one(tmp_path: Path) -> None:
+    """A run whose writer was SIGKILLed keeps ``status: running`` in its manifest; ``grid list`` shows it as
+    ``stopped`` (its lock file names a dead pid on this host) and a run whose writer lives as ``running``."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    name = "pursuit__ddqn__s1"
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"status": "running"}))
+    holder = subprocess.Popen([sys.executable, "-c", "import pathlib, time; from suPER.runs import RunFolder; "
+                               f"RunFolder(pathlib.Path({str(folder)!r})).lock().acquire(); print('held', flush=True); "
+                               "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        args = ("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
+                "--out", str(tmp_path))
+        live = " ".join(run_cli(*args).stdout.split())
+        assert f"{name} running" in live and "stopped" not in live
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    time.sleep(0.1)
+    assert (folder / ".writer.lock").exists()  # a killed writer cannot remove it
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert f"{name} stopped" in text and "1 stopped" in text and "grid run resumes it" in text
