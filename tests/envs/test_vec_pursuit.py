@@ -232,6 +232,17 @@ def test_finished_games_stay_over_until_reset() -> None:
     assert res.obs_ENO[1].any() and res.truncated_EN[1].all()
 
 
+def test_reset_leaves_the_last_results_alone() -> None:
+    """What a step returned stays as returned when games are reset afterwards (callers read it after resetting)."""
+    env = VecPursuitEnv(dict(DEFAULT), num_games=2, horizon=1)
+    env.reset([1, 2])
+    res = env.step(torch.zeros(2, 8, dtype=torch.int64))
+    kept = {k: v.clone() for k, v in vars(res).items() if isinstance(v, torch.Tensor)}
+    env.reset([3], games=[0])
+    assert kept and all(torch.equal(getattr(res, k), v) for k, v in kept.items())
+    assert res.episode_over_E.tolist() == [True, True]
+
+
 def test_episode_depends_only_on_its_seed() -> None:
     """Game 0 of a 1-game batch replays game 2 of a 4-game batch reset with the same seed."""
     a, b = VecPursuitEnv(dict(DEFAULT), 1), VecPursuitEnv(dict(DEFAULT), 4)
@@ -244,6 +255,34 @@ def test_episode_depends_only_on_its_seed() -> None:
         ra, rb = a.step(torch.as_tensor(act[2:3])), b.step(torch.as_tensor(act))
         np.testing.assert_array_equal(ra.obs_ENO[0].numpy(), rb.obs_ENO[2].numpy())
         np.testing.assert_array_equal(ra.reward_EN[0].numpy(), rb.reward_EN[2].numpy())
+
+
+def test_evader_draws_made_in_blocks_are_the_hash_of_their_cycle() -> None:
+    """``PursuitDraws`` hashes evader actions BLOCK cycles ahead; every step's actions must still be the direct
+    hash of each game's current cycle, across block boundaries and for games reset in the middle of a block
+    (staggered resets: horizons end mid-block, games reset one or several at a time)."""
+    e = 5
+    draws = RecordingDraws(e, torch.device("cpu"))
+    env = VecPursuitEnv(dict(DEFAULT), e, horizon=23, draws=draws)  # 23: ends fall at every block offset
+    rng = np.random.default_rng(3)
+    env.reset(rng.integers(0, 2**40, e).tolist())
+    checked = 0
+    for step in range(3 * PursuitDraws.BLOCK + 7):
+        t_E, over_E = env.state()["t_E"], env.state()["over_E"]
+        env.step(torch.as_tensor(rng.integers(0, 5, (e, 8))))
+        games = torch.nonzero(~over_E).squeeze(1)
+        want = draws.evader_actions_at(games, t_E[games][:, None], env.n_evaders, env.n_actions)[:, 0]
+        torch.testing.assert_close(draws.last_actions[games], want, rtol=0, atol=0)
+        checked += games.numel()
+        if step % 5 == 4:  # reset one finished game now and the rest later: resets land at many block offsets
+            done = torch.nonzero(env.state()["over_E"]).squeeze(1).tolist()
+            if done:
+                env.reset(rng.integers(0, 2**40, 1).tolist(), games=done[:1])
+        if step % 11 == 10:
+            done = torch.nonzero(env.state()["over_E"]).squeeze(1).tolist()
+            if done:
+                env.reset(rng.integers(0, 2**40, len(done)).tolist(), games=done)
+    assert checked > 2 * PursuitDraws.BLOCK * e // 2
 
 
 def test_rejects_bad_input() -> None:
