@@ -4,14 +4,17 @@ The figure's grid (``FIGURES``) is expanded as ``grid run`` would, optionally sc
 paper's budgets (``run.num_timesteps`` of ``experiments/envs/<env>.yaml``: pursuit 800k, battle 300k,
 adversarial pursuit 600k env steps) and optionally layered with another grid file's ``defaults`` /
 ``env_defaults`` (``--layer experiments/smoke.yaml``: small maps, MLP nets, for checks). Before anything
-runs, the plan is printed: runs, env steps and an estimated wall time::
+runs, the plan is printed: runs, env steps still to train and an estimated wall time::
 
-    wall ~= sum over runs to do of (steps / throughput[env] + evaluations x episodes x horizon x EVAL_S_PER_STEP)
-            / parallel runs
+    wall ~= sum over runs to do of (env steps left x pace[env]) / parallel runs
 
-with ``throughput[env]`` the median training throughput (``env_steps_per_sec``) recorded in the finished run
-manifests under the output folder, else ``DEFAULT_THROUGHPUT`` (stated with its source), and ``parallel runs``
-= this machine's CPUs / CPUs per run (locally). The runs then go through the same code as ``grid run``
+with ``pace[env]`` the median wall seconds per env step of the runs of that env already under the output
+folder, finished or not (``wall_time_s / env_steps`` of their last evaluation row: training, evaluations
+and checkpoints at this campaign's evaluation density and parallelism, on this machine); for an env with
+no run there yet, ``1 / DEFAULT_THROUGHPUT[env] + evaluation steps per env step x DEFAULT_EVAL_S_PER_STEP[env]``
+(measured in the Figure 1 campaign, stated with its source). ``parallel runs`` = this machine's CPUs / CPUs
+per run (locally). An unfinished run counts the env steps it has left (its last evaluation row).
+The runs then go through the same code as ``grid run``
 (Ray Tune, ``campaigns.run_grid``) or, with ``--address``, ``grid submit`` (one job per run, waited for);
 finished runs are skipped and unfinished ones resume, so running the command again continues. It ends by
 drawing the figure, the final-performance table, the claim table and the aggregates (``analysis.report``)
@@ -20,6 +23,7 @@ and the marl-eval JSON into ``OUT/figures/``.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -49,17 +53,17 @@ FIGURES = {
 }
 """``reproduce FIGURE`` -> its grid."""
 
-DEFAULT_THROUGHPUT = {"pursuit": 51.0, "battle": 28.0, "adversarial_pursuit": 44.0}
-"""Training env steps/s per run when no finished run under OUT recorded one."""
+DEFAULT_THROUGHPUT = {"pursuit": 21.5, "battle": 4.75, "adversarial_pursuit": 7.6}
+"""Training env steps/s per run (evaluations and checkpoints excluded) where no run under OUT shows a pace."""
+
+DEFAULT_EVAL_S_PER_STEP = {"pursuit": 3.6 / 500, "battle": 12.5 / 500, "adversarial_pursuit": 10.8 / 500}
+"""Seconds per env step of greedy evaluation (checkpoint writing included), where no run under OUT shows a pace."""
 
 DEFAULT_THROUGHPUT_SOURCE = (
-    "default: pursuit 51 and battle 28 env steps/s measured 2026-12-01 on this project's 2-core machine, two runs "
-    "side by side, with `super-marl train --num-timesteps 3000`; adversarial pursuit 44 env steps/s from "
-    "docs/reproduce.md ('How long it takes', benchmarks/throughput.py)")
-
-EVAL_S_PER_STEP = 1.5 / 500
-"""Seconds per env step of a greedy evaluation episode (measured: about 1.5 s per 500-step episode,
-docs/reproduce.md)."""
+    "default: measured in the Figure 1 campaign on this project's 2-core machine (AMD EPYC, 2 GHz), two runs side "
+    "by side with other work on the machine, commit c083f22, medians over its runs: training pursuit 21.5, battle "
+    "4.75, adversarial pursuit 7.6 env steps/s per run; evaluation with checkpoint 3.6 / 12.5 / 10.8 s per "
+    "500-step episode (MAgent evaluation there was sequential; batched since, so faster)")
 
 
 def paper_budget(env: str) -> int:
@@ -122,22 +126,23 @@ def default_out(grid: Grid, fraction: float | None, layer: Path | None) -> Path:
     return Path("runs") / name
 
 
-def measured_throughput(out: Path) -> dict[str, float]:
-    """Median training throughput per env of the finished runs under ``out`` (from their manifests)."""
+def measured_pace(out: Path) -> dict[str, tuple[float, int]]:
+    """Per env, the median wall seconds per env step of the run folders under ``out`` that logged at least two
+    evaluation rows, finished or not, and how many runs that is (``wall_time_s / env_steps`` of the last row)."""
     from statistics import median
 
-    from suPER.runs import FINISHED
-
     seen: dict[str, list[float]] = {}
-    for manifest in Path(out).glob("*/manifest.json") if Path(out).is_dir() else []:
+    for config in Path(out).glob("*/config.json") if Path(out).is_dir() else []:
         try:
-            m = json.loads(manifest.read_text())
-            env = json.loads((manifest.parent / "config.json").read_text())["env"]["name"]
-        except (OSError, ValueError, KeyError):
+            env = json.loads(config.read_text())["env"]["name"]
+            with (config.parent / "metrics.csv").open(newline="") as f:
+                rows = list(csv.DictReader(f))
+            steps, wall = float(rows[-1]["env_steps"]), float(rows[-1]["wall_time_s"])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
             continue
-        if m.get("status") == FINISHED and m.get("env_steps_per_sec"):
-            seen.setdefault(env, []).append(float(m["env_steps_per_sec"]))
-    return {e: float(median(v)) for e, v in seen.items()}
+        if len(rows) >= 2 and steps > 0 and wall > 0:
+            seen.setdefault(env, []).append(wall / steps)
+    return {e: (float(median(v)), len(v)) for e, v in seen.items()}
 
 
 @dataclass
@@ -148,12 +153,12 @@ class Estimate:
     todo: list[GridRun]
     finished: int
     env_steps: int
-    """env steps of the runs still to do (finished ones count 0)"""
+    """env steps still to train (finished runs count 0, unfinished ones what they have left)"""
     run_seconds: float
     """sum over runs to do of their estimated time, one run per CPU"""
     parallel: int
-    throughput: dict[str, tuple[float, str]]
-    """env -> (env steps/s, where the number comes from)"""
+    pace: dict[str, tuple[float, str]]
+    """env -> (wall seconds per env step, evaluations included; where the number comes from)"""
 
     @property
     def wall_seconds(self) -> float:
@@ -164,22 +169,30 @@ class Estimate:
 def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
     """Sort runs into finished / to do (``campaigns.plan_runs``) and estimate the time of those to do."""
     from suPER.campaigns import plan_runs
+    from suPER.runs import RunFolder
 
     plan = plan_runs(runs, Path(out).resolve())
-    measured = measured_throughput(out)
-    throughput: dict[str, tuple[float, str]] = {}
+    measured = measured_pace(out)
+    pace: dict[str, tuple[float, str]] = {}
     steps = 0
     seconds = 0.0
     for r in plan.todo:
-        if r.env not in throughput:
-            throughput[r.env] = ((measured[r.env], f"median of the finished runs in {out}") if r.env in measured
-                                 else (DEFAULT_THROUGHPUT[r.env], "default"))
         cfg = r.config()
         n = cfg.run.num_timesteps
-        evals = n // cfg.eval_interval + 1  # the step-0 evaluation too
-        steps += n
-        seconds += n / throughput[r.env][0] + evals * cfg.run.eval_episodes * cfg.env.horizon * EVAL_S_PER_STEP
-    return Estimate(len(runs), plan.todo, len(plan.finished), steps, seconds, parallel, throughput)
+        if r.env not in pace:
+            if r.env in measured:
+                value, count = measured[r.env]
+                pace[r.env] = (value, f"median of {count} run(s) there")
+            else:
+                evals = n // cfg.eval_interval + 1  # the step-0 evaluation too
+                eval_steps = evals * cfg.run.eval_episodes * cfg.env.horizon
+                value = 1 / DEFAULT_THROUGHPUT[r.env] + eval_steps / n * DEFAULT_EVAL_S_PER_STEP[r.env]
+                pace[r.env] = (value, "default")
+        progress = RunFolder(Path(out) / r.run_name).progress()
+        left = max(n - progress.env_steps, 0) if progress is not None else n
+        steps += left
+        seconds += left * pace[r.env][0]
+    return Estimate(len(runs), plan.todo, len(plan.finished), steps, seconds, parallel, pace)
 
 
 def describe(figure: str, est: Estimate, out: Path, where: str) -> str:
@@ -191,11 +204,10 @@ def describe(figure: str, est: Estimate, out: Path, where: str) -> str:
              f"{est.env_steps:,} env steps to train -> {out}"]
     if est.todo:
         lines.append(f"estimated wall time {where}: {hours(est.wall_seconds)} ({hours(est.run_seconds)} of runs, "
-                     f"{est.parallel} at a time; training plus evaluation episodes at {EVAL_S_PER_STEP * 500:.1f} s "
-                     f"per 500 steps)")
-        srcs = {src for _, src in est.throughput.values()}
-        lines.append("throughput: " + ", ".join(f"{e} {v:.0f} env steps/s" for e, (v, _) in est.throughput.items())
-                     + " (" + "; ".join(DEFAULT_THROUGHPUT_SOURCE if s == "default" else s for s in sorted(srcs)) + ")")
+                     f"{est.parallel} at a time; training, evaluations and checkpoints)")
+        lines.append("pace: " + ", ".join(f"{e} {v:.3g} s per env step ({src})" for e, (v, src) in est.pace.items()))
+        if any(src == "default" for _, src in est.pace.values()):
+            lines.append(DEFAULT_THROUGHPUT_SOURCE)
     return "\n".join(lines)
 
 

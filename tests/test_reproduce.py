@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_dry_run_plans_runs_steps_and_estimate(tmp_path: Path, figure: str, frac
         n = budgets[r.run_name]
         interval = cfg.run.eval_interval or max(1, n // cfg.run.eval_points)
         seconds += n / R.DEFAULT_THROUGHPUT[r.env] + (n // interval + 1) * cfg.run.eval_episodes * cfg.env.horizon \
-            * R.EVAL_S_PER_STEP
+            * R.DEFAULT_EVAL_S_PER_STEP[r.env]
     args = ["reproduce", figure, "--dry-run", "--out", str(tmp_path / "c")] + (["--fraction", str(fraction)]
                                                                                if fraction else [])
     res = cli(*args, cwd=tmp_path)
@@ -57,23 +58,46 @@ def test_dry_run_plans_runs_steps_and_estimate(tmp_path: Path, figure: str, frac
     assert (runs, finished, steps) == (len(runnable), 0, sum(budgets.values()))
     parallel = R.local_parallel(1.0)
     assert wall_h == pytest.approx(seconds / parallel / 3600, rel=0.06)  # printed with 3 significant digits
-    assert "default: pursuit 51" in res.stdout and not (tmp_path / "c").exists()  # dry run: nothing written
+    assert "default: measured in the Figure 1 campaign" in res.stdout
+    assert not (tmp_path / "c").exists()  # dry run: nothing written
 
 
-def test_estimate_uses_the_throughput_of_finished_runs(tmp_path: Path) -> None:
-    grid, runs = R.figure_runs("fig1", fraction=0.01, seeds=1, envs=["pursuit"])
+def _run_folder(out: Path, run: Any, status: str, rows: list[tuple[int, float]]) -> None:
+    """A run folder with its config, a manifest and metrics rows (env steps, wall_time_s)."""
+    folder = out / run.run_name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(run.config(out=out).to_dict()))
+    (folder / "manifest.json").write_text(json.dumps({"status": status}))
+    (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n"
+                                        + "".join(f"{n},0.0,{w}\n" for n, w in rows))
+
+
+def test_estimate_uses_the_pace_of_the_runs_already_there(tmp_path: Path) -> None:
+    """The runs under OUT, finished or not, give each env's pace (median wall seconds per env step, evaluations
+    included); an unfinished run counts only the env steps it has left; envs with no run use the defaults."""
+    grid, runs = R.figure_runs("fig1", fraction=0.01, seeds=1, envs=["pursuit", "battle"])
+    pursuit = [r for r in runs if r.env == "pursuit"]
+    battle = [r for r in runs if r.env == "battle"]
     out = tmp_path / "c"
-    done = out / runs[0].run_name  # one finished run with a recorded throughput of 10 env steps/s
-    done.mkdir(parents=True)
-    (done / "config.json").write_text(json.dumps(runs[0].config(out=out).to_dict()))
-    (done / "manifest.json").write_text(json.dumps({"status": "finished", "env_steps_per_sec": 10.0}))
+    _run_folder(out, pursuit[0], "finished", [(0, 10.0), (4000, 210.0), (8000, 400.0)])  # 0.05 s per step
+    _run_folder(out, pursuit[1], "running", [(0, 10.0), (4000, 360.0)])                  # 0.09 s per step, half done
+    _run_folder(out, pursuit[2], "running", [(0, 12.0)])                                  # one row: no pace yet
     est = R.estimate(runs, out, parallel=2)
     assert est.finished == 1 and len(est.todo) == len(runs) - 1
-    assert est.throughput == {"pursuit": (10.0, f"median of the finished runs in {out}")}
-    cfg = runs[1].config()
-    per_run = 8000 / 10.0 + (8000 // cfg.eval_interval + 1) * cfg.run.eval_episodes * 500 * R.EVAL_S_PER_STEP
-    assert est.env_steps == 8000 * (len(runs) - 1)
-    assert est.wall_seconds == pytest.approx(per_run * (len(runs) - 1) / 2, rel=1e-9)
+    pace, source = est.pace["pursuit"]
+    assert pace == pytest.approx((0.05 + 0.09) / 2) and source == "median of 2 run(s) there"
+    b_cfg = battle[0].config()
+    evals = b_cfg.run.num_timesteps // b_cfg.eval_interval + 1
+    b_pace = 1 / R.DEFAULT_THROUGHPUT["battle"] + evals * b_cfg.run.eval_episodes * b_cfg.env.horizon \
+        / b_cfg.run.num_timesteps * R.DEFAULT_EVAL_S_PER_STEP["battle"]
+    assert est.pace["battle"] == (pytest.approx(b_pace), "default")
+    n_p, n_b = 8000, b_cfg.run.num_timesteps
+    left_p = n_p * (len(pursuit) - 1) - 4000  # the finished run none, the half-done one 4000
+    assert est.env_steps == left_p + n_b * len(battle)
+    assert est.wall_seconds == pytest.approx((left_p * pace + n_b * len(battle) * b_pace) / 2, rel=1e-9)
+    text = R.describe("fig1", est, out, "on this machine")
+    assert f"{est.env_steps:,} env steps to train -> {out}" in text and "(median of 2 run(s) there)" in text
+    assert "battle" in text and "default: measured in the Figure 1 campaign" in text
 
 
 @pytest.mark.parametrize("args,flag", [
