@@ -4,6 +4,9 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR] [GRID-RUN ARGS...]
 #   bash scripts/fig1_campaign.sh --filter seed=1 --filter env=battle,adversarial_pursuit --filter 'name=*-ddqn,*-super-quantile'
 #   bash scripts/fig1_campaign.sh                      # the whole grid (finished runs skipped, unfinished resumed)
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --status    # running or not, each run's progress and time left,
+#                                                              # every evaluation row checked
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect   # finished runs' records -> results/fig1 (then commit)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused if it is at
 # another commit), its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
@@ -16,6 +19,17 @@ COMMIT=c083f22
 repo=$(cd "$(dirname "$0")/.." && pwd)
 wt=/work/fig1
 if [ "${1:-}" = --worktree ]; then wt=$2; shift 2; fi
+# the checks run with this checkout's code (grid list shows progress and time left there) when it has a venv
+py="$repo/.venv/bin/python"; [ -x "$py" ] || py="$wt/.venv/bin/python"
+case "${1:-}" in
+  --status)
+    if pgrep -af "grid run experiments/fig1.yaml" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
+    RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt/experiments/fig1.yaml" --out "$wt/runs/fig1" \
+      | grep -vE $'\t(-|pending)\t' || true
+    exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
+  --collect)
+    exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;
+esac
 if pgrep -f "grid run experiments/fig1.yaml" > /dev/null; then
   echo "fig1_campaign.sh: a Figure 1 campaign is already running (pgrep -af 'grid run'); stop it first" >&2; exit 2
 fi

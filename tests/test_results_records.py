@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,3 +45,35 @@ def test_plot_redraws_the_figure_and_table_from_the_records(tmp_path: Path) -> N
     recorded_envs = {from_dict(json.loads((p / "config.json").read_text())).env.name for p in RUNS}
     assert {r["env"] for r in table} == recorded_envs
     assert sum(int(r["runs"]) for r in table) == len(RUNS)  # every record lands in exactly one table row
+
+
+def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
+    """``scripts/fig1_campaign.sh --worktree DIR --status``: whether a campaign runs, the grid's started runs with
+    their progress, and every run folder's rows checked (here a committed record and a run half-way)."""
+    import shutil
+    import subprocess
+
+    wt = tmp_path / "wt"
+    (wt / "experiments").mkdir(parents=True)
+    for name in ("fig1.yaml", "paper_grid.yaml"):
+        shutil.copy(ROOT / "experiments" / name, wt / "experiments" / name)
+    shutil.copytree(ROOT / "experiments" / "envs", wt / "experiments" / "envs")
+    shutil.copytree(RUNS[0], wt / "runs" / "fig1" / RUNS[0].name)
+    half = wt / "runs" / "fig1" / "battle__ddqn__s2"
+    half.mkdir()
+    (half / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
+    (half / "config.json").write_text(json.dumps({"run": {"num_timesteps": 100_000, "eval_points": 40}}))
+    (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] in ("campaign: running", "campaign: not running")
+    assert any(RUNS[0].name in ln and "\tfinished\t" in ln for ln in lines)
+    assert any("battle__ddqn__s2\tinterrupted 2,500/100,000, ~" in ln for ln in lines)  # time left at its pace
+    assert not any("\t-\t" in ln for ln in lines)  # runs not started are left out
+    assert "2 of 2 run folders have every evaluation row exactly once" in r.stdout
+    (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n2500,-1,610\n")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert r.returncode != 0 and "doubled evaluations [1]" in r.stdout  # a resume that logged a row twice
