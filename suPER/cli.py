@@ -732,6 +732,7 @@ def grid_list(
                                                           "names (run folders) | json")] = "table",
 ) -> None:
     """Show the runs a grid file expands to (entries x sweep points x seeds) and their status."""
+    import dataclasses
     import json
 
     from suPER import runs
@@ -748,25 +749,36 @@ def grid_list(
     if format_ == "names":
         print("\n".join(r.run_name for r in selected if not r.pending))
         return
-    if format_ == "json":
-        print(json.dumps([{**r.as_dict(), "run_name": r.run_name, "cli": None if r.pending else r.cli_args()}
-                          for r in selected], indent=1))
-        return
-    if format_ != "table":
+    if format_ not in ("table", "json"):
         raise UserError(f"--format: expected table, cli, names or json, got {format_!r}")
+
+    def state(r: Any) -> tuple[str, Any]:
+        """(status, RunProgress or None) of a run's folder; "stopped" for a running one whose writer was killed."""
+        if r.pending:
+            return "pending", None
+        folder = runs.RunFolder(out / r.run_name)
+        status = folder.status() or "-"
+        if status == runs.RUNNING and folder.writer_exited():
+            status = "stopped"  # the manifest says running, but the process writing it was killed
+        return status, (folder.progress() if status not in ("-", runs.FINISHED) else None)
+
+    states = {id(r): state(r) for r in selected}
+    if format_ == "json":
+        rows_json = []
+        for r in selected:
+            status, progress = states[id(r)]
+            rows_json.append({**r.as_dict(), "run_name": r.run_name, "cli": None if r.pending else r.cli_args(),
+                              "status": status, "progress": None if progress is None else dataclasses.asdict(progress)})
+        print(json.dumps(rows_json, indent=1))
+        return
     pairs = {id(r): _flag_pairs(r.cli_args()[6:]) for r in selected}
     common = set.intersection(*(set(p) for p in pairs.values())) if pairs else set()
     counts: dict[str, int] = {}
     rows = []
     for r in selected:
-        folder = runs.RunFolder(out / r.run_name)
-        status = "pending" if r.pending else (folder.status() or "-")
-        if status == runs.RUNNING and folder.writer_exited():
-            status = "stopped"  # the manifest says running, but the process writing it was killed
+        status, progress = states[id(r)]
         counts[status] = counts.get(status, 0) + 1
-        shown = status
-        if status not in ("pending", "-", runs.FINISHED) and (progress := folder.progress()) is not None:
-            shown = f"{status} {progress.describe()}"  # last evaluation row's env steps / budget, time left
+        shown = status if progress is None else f"{status} {progress.describe()}"  # env steps / budget, time left
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
         rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, shown, flags])
     notes = []

@@ -250,6 +250,15 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
     text = " ".join(r.stdout.split())
     assert "running 150/300, ~5 min left" in text and "finished 150/300" not in text
     assert "(4 -, 1 finished, 1 running)" in text and "- 150/300" not in text  # 4 fresh folders: their status alone
+    r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
+                "--out", str(tmp_path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    by_name = {row["run_name"]: row for row in json.loads(r.stdout)}
+    assert by_name[names[0]]["status"] == "running"
+    assert by_name[names[0]]["progress"] == {"env_steps": 150, "budget": 300, "seconds_left": pytest.approx(300.0)}
+    assert by_name[names[1]]["status"] == "finished" and by_name[names[1]]["progress"] is None
+    fresh = [row for name, row in by_name.items() if name not in names]
+    assert len(fresh) == 4 and all(row["status"] == "-" and row["progress"] is None for row in fresh)
 
 
 def test_run_progress_time_left_follows_the_recent_pace(tmp_path: Path) -> None:
