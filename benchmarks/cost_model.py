@@ -304,7 +304,7 @@ def main() -> None:
                         help="ASSUMED sustained fp32 rate of the GPU for the FLOP floor (not measured)")
     parser.add_argument("--fragment-ms", type=float, default=10.0,
                         help="ASSUMED GPU time of one packed fragment: 4 acting forwards + TD + update (not measured); "
-                        "the default is the launch-bound end: 4 pack steps x ~480 torch ops, a count flat in R "
+                        "the default is the launch-bound end: 4 pack steps x ~415-480 torch ops, a count flat in R "
                         "(benchmarks/packed.py --count-ops, docs/performance.md) x ~5 us per op")
     args = parser.parse_args()
     inputs = {e: dict(v) for e, v in MEASURED.items()}

@@ -23,7 +23,6 @@ and the marl-eval JSON into ``OUT/figures/``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -127,21 +126,21 @@ def default_out(grid: Grid, fraction: float | None, layer: Path | None) -> Path:
 
 
 def measured_pace(out: Path) -> dict[str, tuple[float, int]]:
-    """Per env, the median wall seconds per env step of the run folders under ``out`` that logged at least two
-    evaluation rows, finished or not, and how many runs that is (``wall_time_s / env_steps`` of the last row)."""
+    """Per env, the median wall seconds per env step of the run folders under ``out`` that are past their step-0
+    evaluation, finished or not, and how many runs that is (``wall_time_s / env_steps`` of the last row)."""
     from statistics import median
+
+    from suPER.runs import RunFolder
 
     seen: dict[str, list[float]] = {}
     for config in Path(out).glob("*/config.json") if Path(out).is_dir() else []:
+        progress = RunFolder(config.parent).progress()
         try:
             env = json.loads(config.read_text())["env"]["name"]
-            with (config.parent / "metrics.csv").open(newline="") as f:
-                rows = list(csv.DictReader(f))
-            steps, wall = float(rows[-1]["env_steps"]), float(rows[-1]["wall_time_s"])
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-        if len(rows) >= 2 and steps > 0 and wall > 0:
-            seen.setdefault(env, []).append(wall / steps)
+        if progress is not None and progress.env_steps > 0 and progress.wall_time_s > 0:  # NaN fails too
+            seen.setdefault(env, []).append(progress.wall_time_s / progress.env_steps)
     return {e: (float(median(v)), len(v)) for e, v in seen.items()}
 
 

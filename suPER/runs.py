@@ -159,12 +159,13 @@ def _json_default(obj: Any) -> Any:
 
 @dataclass(frozen=True)
 class RunProgress:
-    """Where an unfinished run stands (``RunFolder.progress``): env steps of its last evaluation row, its budget,
-    and the seconds left at its recent pace (None until two rows exist)."""
+    """Where a run stands (``RunFolder.progress``): env steps and ``wall_time_s`` of its last evaluation row (NaN
+    without that column), its budget, and the seconds left at its recent pace (None until two rows exist)."""
 
     env_steps: int
     budget: int
     seconds_left: float | None
+    wall_time_s: float
 
     def describe(self) -> str:
         """``42,500/100,000, ~2.6 h left`` (the time left only when known)."""
@@ -245,7 +246,7 @@ class RunFolder:
             d_steps, d_wall = steps[-1] - steps[first], walls[-1] - walls[first]
             if d_steps > 0 and d_wall > 0:  # NaN (no wall_time_s column) fails both comparisons
                 seconds_left = max(budget - env_steps, 0) * d_wall / d_steps
-        return RunProgress(env_steps, budget, seconds_left)
+        return RunProgress(env_steps, budget, seconds_left, walls[-1] if walls else float("nan"))
 
     def data_files(self) -> list[str]:
         """The files (relative to the folder) that make it hold a run: config, metrics, checkpoints."""

@@ -105,15 +105,15 @@ class PursuitDraws:
         self.key_E = torch.zeros(num_games, dtype=torch.int64, device=device)
         self._block_EBM: torch.Tensor | None = None  # evader actions of the block's cycles
         self._column = 0  # the block column the next evader_actions call reads
-        self._n_actions = 0
+        self._layout = (0, 0)  # (n_slots, n_actions) the block was made for
 
     def seed(self, games_G: torch.Tensor, seeds_G: torch.Tensor) -> None:
         """Give ``games_G`` new episodes keyed by ``seeds_G`` (int64 >= 0); their cycle count restarts at 0."""
         self.key_E[games_G] = _hash(seeds_G & _M32, (seeds_G >> 32) & _M32)
         if self._block_EBM is not None:  # the next call reads column c: it is cycle 0 of the new episode
-            block, m, n_actions = self._block_EBM, self._block_EBM.shape[2], self._n_actions
-            cycles_GB = (torch.arange(block.shape[1], device=self.device) - self._column).clamp(min=0)
-            block[games_G] = self.evader_actions_at(games_G, cycles_GB.expand(games_G.numel(), -1), m, n_actions)
+            cycles_GB = (torch.arange(self.BLOCK, device=self.device) - self._column).clamp(min=0)
+            self._block_EBM[games_G] = self.evader_actions_at(games_G, cycles_GB.expand(games_G.numel(), -1),
+                                                              *self._layout)
 
     def window_starts(self, games_G: torch.Tensor) -> torch.Tensor:
         """float64 [G, 2] uniforms in [0, 1): the spawn window's x and y start (scaled by 1 - window)."""
@@ -140,15 +140,13 @@ class PursuitDraws:
         ``seed`` (games that did not advance are finished: their rows are not read until they are reset).
         The result is a view of the block: read it before the next call or ``seed``.
         """
-        block = self._block_EBM
-        if block is None or self._column == block.shape[1] or block.shape[2] != n_slots:
-            self._n_actions = n_actions
+        if self._block_EBM is None or self._column == self.BLOCK or self._layout != (n_slots, n_actions):
+            self._layout = (n_slots, n_actions)
             t_EB = t_E[:, None] + torch.arange(self.BLOCK, device=self.device)
-            block = self._block_EBM = self.evader_actions_at(torch.arange(t_E.numel(), device=self.device), t_EB,
-                                                             n_slots, n_actions)
+            self._block_EBM = self.evader_actions_at(torch.arange(t_E.numel(), device=self.device), t_EB, *self._layout)
             self._column = 0
         self._column += 1
-        return block[:, self._column - 1]
+        return self._block_EBM[:, self._column - 1]
 
 
 def _pairwise_sum(x_EN: torch.Tensor) -> torch.Tensor:

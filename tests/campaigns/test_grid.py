@@ -255,7 +255,8 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     by_name = {row["run_name"]: row for row in json.loads(r.stdout)}
     assert by_name[names[0]]["status"] == "running"
-    assert by_name[names[0]]["progress"] == {"env_steps": 150, "budget": 300, "seconds_left": pytest.approx(300.0)}
+    assert by_name[names[0]]["progress"] == {"env_steps": 150, "budget": 300, "seconds_left": pytest.approx(300.0),
+                                             "wall_time_s": 310.0}
     assert by_name[names[1]]["status"] == "finished" and by_name[names[1]]["progress"] is None
     fresh = [row for name, row in by_name.items() if name not in names]
     assert len(fresh) == 4 and all(row["status"] == "-" and row["progress"] is None for row in fresh)
@@ -292,7 +293,6 @@ def test_grid_list_tells_a_killed_writer_from_a_live_one(tmp_path: Path) -> None
     import signal
     import subprocess
     import sys
-    import time
 
     name = "pursuit__ddqn__s1"
     folder = tmp_path / name
@@ -310,7 +310,6 @@ def test_grid_list_tells_a_killed_writer_from_a_live_one(tmp_path: Path) -> None
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    time.sleep(0.1)
     assert (folder / ".writer.lock").exists()  # a killed writer cannot remove it
     r = run_cli(*args)
     assert r.returncode == 0, r.stderr
