@@ -171,7 +171,9 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
             on_start(folder, resume)
         summary = train_fn(cfg, folder, logger=logger, progress=progress)
         status = runs.FINISHED
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
+        # SystemExit: Ray Tune ends a trial it was told to stop (grid run's Ctrl-C) with sys.exit(0) inside
+        # the trial's report(); the run was stopped, not broken, and resumes like any interrupted run
         status = runs.INTERRUPTED
         raise
     finally:
