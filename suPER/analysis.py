@@ -21,7 +21,10 @@ Every number starts from each run's *final score*: the mean of its last 10% of e
 * **campaign notes** (per env and configuration, what a reviewer checks before trusting a final score):
   *still rising at the budget's end* when every finished run's mean over its last 10% of evaluations is
   above its mean over the 10% before them (``rise``, at least two runs); *seeds diverge* when the range of
-  the runs' final scores exceeds half the env's normalized scale (``best - random``, as above).
+  the runs' final scores exceeds half the env's normalized scale (``best - random``, as above); *one game per
+  evaluation* when at least half of the evaluations played every episode identically (between-episode std 0:
+  greedy policies on a map without random placement, as battle's), so "10 episodes" measure one game and the
+  noise of a curve lies between evaluations, not within them.
 
 Random-policy returns are measured once per env configuration with ``evaluation.random_team_return``
 (20 episodes, seeded) and cached in ``<figures>/random_returns.json`` keyed by the env config.
@@ -129,9 +132,25 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
 
 
 NOTE_COLUMNS = ("env", "configuration", "runs", "final_mean", "final_range", "final_range_normalized",
-                "rise_min", "rise_mean", "still_rising", "seeds_diverge")
+                "rise_min", "rise_mean", "still_rising", "seeds_diverge", "identical_episodes", "one_game_per_eval")
 DIVERGE_RANGE = 0.5
 """``seeds diverge``: the range of a configuration's final scores exceeds this share of ``best - random``."""
+ONE_GAME_SHARE = 0.5
+"""``one game per evaluation``: at least this share of the evaluations had identical episodes."""
+
+
+def identical_episodes(curves: Sequence[RunCurve]) -> float:
+    """Share of the evaluations of ``curves`` whose episodes all had the same return (between-episode std
+    ``<= 1e-6 * max(1, |mean|)``: the std is logged rounded); NaN when no curve logged the std."""
+    logged = [c for c in curves if c.episode_std is not None]
+    if not logged:
+        return float("nan")
+    std_K = np.concatenate([c.episode_std for c in logged])
+    mean_K = np.concatenate([c.values for c in logged])
+    known = np.isfinite(std_K)
+    if not known.any():
+        return float("nan")
+    return float((std_K[known] <= 1e-6 * np.maximum(1.0, np.abs(mean_K[known]))).mean())
 
 
 def rise(curve: RunCurve, last_fraction: float = 0.1) -> float:
@@ -151,7 +170,8 @@ def campaign_notes(curves: Sequence[RunCurve], info: dict[str, dict[str, Any]],
     (raw and over ``best - random`` from ``normalize``'s ``info``), each run's ``rise``, and the two flags.
 
     ``still_rising``: every run rises (at least two runs). ``seeds_diverge``: normalized range > ``DIVERGE_RANGE``
-    (NaN scale, e.g. no random return, leaves it False).
+    (NaN scale, e.g. no random return, leaves it False). ``one_game_per_eval``: ``identical_episodes`` >=
+    ``ONE_GAME_SHARE``.
     """
     rows: list[dict[str, Any]] = []
     for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
@@ -162,12 +182,14 @@ def campaign_notes(curves: Sequence[RunCurve], info: dict[str, dict[str, Any]],
         # normalize's info says whether the env has a scale (a random return the best configuration beats)
         spread_norm = spread / (env_info["best"] - env_info["random"]) if env_info.get("used") else float("nan")
         finite = rises[np.isfinite(rises)]
+        same = identical_episodes(group)
         rows.append({"env": env, "configuration": label, "runs": len(group), "final_mean": float(scores.mean()),
                      "final_range": spread, "final_range_normalized": spread_norm,
                      "rise_min": float(finite.min()) if finite.size else float("nan"),
                      "rise_mean": float(finite.mean()) if finite.size else float("nan"),
                      "still_rising": bool(len(group) >= 2 and finite.size == len(group) and (finite > 0).all()),
-                     "seeds_diverge": bool(np.isfinite(spread_norm) and spread_norm > DIVERGE_RANGE)})
+                     "seeds_diverge": bool(np.isfinite(spread_norm) and spread_norm > DIVERGE_RANGE),
+                     "identical_episodes": same, "one_game_per_eval": bool(same >= ONE_GAME_SHARE)})
     return rows
 
 
@@ -177,15 +199,22 @@ def write_notes(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "note
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, NOTE_COLUMNS)
     lines = ["| env | configuration | runs | final mean | final range (of best - random) | rise min / mean | "
-             "still rising | seeds diverge |", "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["env"], not (r["still_rising"] or r["seeds_diverge"]), r["configuration"])):
+             "still rising | seeds diverge | identical episodes |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def flagged(r: dict[str, Any]) -> bool:
+        return r["still_rising"] or r["seeds_diverge"] or r["one_game_per_eval"]
+
+    for r in sorted(rows, key=lambda r: (r["env"], not flagged(r), r["configuration"])):
+        same = "-" if np.isnan(r["identical_episodes"]) else f"{100 * r['identical_episodes']:.0f}%"
         lines.append(f"| {r['env']} | {r['configuration']} | {r['runs']} | {_fmt(r['final_mean'])} | "
                      f"{_fmt(r['final_range'])} ({_fmt(r['final_range_normalized'])}) | {_fmt(r['rise_min'])} / "
                      f"{_fmt(r['rise_mean'])} | {'yes' if r['still_rising'] else 'no'} | "
-                     f"{'yes' if r['seeds_diverge'] else 'no'} |")
+                     f"{'yes' if r['seeds_diverge'] else 'no'} | {same}{' (one game)' if r['one_game_per_eval'] else ''} |")
     pct = f"{100 * last_fraction:g}%"
     lines += ["", f"rise: mean of a run's last {pct} of evaluations minus the {pct} before; still rising = every run "
-              f"rises; seeds diverge = range of final scores > {DIVERGE_RANGE} x (best - random) of the env."]
+              f"rises; seeds diverge = range of final scores > {DIVERGE_RANGE} x (best - random) of the env; "
+              "identical episodes = share of evaluations in which every episode had the same return (one game: at "
+              f"least {100 * ONE_GAME_SHARE:.0f}%, so an evaluation's episodes measure one game, not a sample)."]
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 

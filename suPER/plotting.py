@@ -15,7 +15,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,10 @@ class RunCurve:
     values: np.ndarray
     source: str
     status: str = FINISHED
+    episode_std: np.ndarray | None = None
+    """Between-episode standard deviation of each evaluation, float [K] (the ``<name>_std`` column next to a
+    ``<name>_mean`` metric; NaN where a row has none), or None when it was not logged. All zeros means every
+    episode of an evaluation played out the same: its "10 episodes" measure one game."""
 
     @property
     def finished(self) -> bool:
@@ -201,8 +205,9 @@ def _read_config(folder: Path) -> tuple[str, str, int, dict[str, Any]]:
                                              "got something else")) from exc
 
 
-def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(env_steps, metric) of a metrics.csv, checked cell by cell; any defect raises ``_Unreadable``.
+def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(env_steps, metric, metric's between-episode std or None) of a metrics.csv, checked cell by cell; any
+    defect in env_steps or the metric raises ``_Unreadable``.
 
     A half-written file (a short last row), a non-number in either column, non-finite values, or
     env steps that go backwards make the whole run unusable: a curve silently cut or shifted at the
@@ -222,8 +227,11 @@ def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
             raise _Unreadable(Skipped(str(path), f"expected a column {col!r}, got columns {', '.join(header)}",
                                                  columns=tuple(header)))
     i_x, i_y = header.index("env_steps"), header.index(metric)
+    std_col = metric[: -len("_mean")] + "_std" if metric.endswith("_mean") else None
+    i_s = header.index(std_col) if std_col in header else None
     steps: list[float] = []
     values: list[float] = []
+    stds: list[float] = []
     for n, row in enumerate(rows[1:], start=2):
         if not row:
             continue
@@ -244,11 +252,16 @@ def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
                                                  f"{steps[-1]:g} on line {n}"))
         steps.append(x)
         values.append(y)
+        if i_s is not None:  # informative only (campaign notes): a bad cell is NaN, not a lost run
+            try:
+                stds.append(float(row[i_s]))
+            except ValueError:
+                stds.append(math.nan)
     x_K, y_K = np.array(steps, dtype=float), np.array(values, dtype=float)
     ok = ~np.isnan(y_K)
     if not ok.any():
         raise _Unreadable(Skipped(str(path), f"expected at least one evaluation with {metric}, got none"))
-    return x_K[ok], y_K[ok]
+    return x_K[ok], y_K[ok], (np.array(stds, dtype=float)[ok] if i_s is not None else None)
 
 
 def run_status(folder: Path) -> str:
@@ -280,14 +293,14 @@ def load_run_curves(folders: Iterable[Path], metric: str = DEFAULT_METRIC, tags:
             env, label, seed, config = _read_config(folder)
             if tags and config.get("run", {}).get("tag", "") not in tags:
                 continue
-            steps, values = _read_columns(folder / "metrics.csv", metric)
+            steps, values, episode_std = _read_columns(folder / "metrics.csv", metric)
         except _Unreadable as exc:
             if skipped is None:
                 warnings.warn(str(exc.skipped), stacklevel=2)
             else:
                 skipped.append(exc.skipped)
             continue
-        curves.append(RunCurve(env, label, seed, steps, values, str(folder), run_status(folder)))
+        curves.append(RunCurve(env, label, seed, steps, values, str(folder), run_status(folder), episode_std))
     return _disambiguate(curves)
 
 
@@ -568,7 +581,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, metric: str = DEFAULT_METR
             warn(line)
     bands = aggregate(curves, smoothing=smoothing, n_resamples=n_resamples)
     fig_stem = name or (metric.removesuffix("_mean") if metric != DEFAULT_METRIC else "team_return")
-    unfinished = [RunCurve(c.env, c.label, c.seed, c.steps, smooth(c.values, smoothing), c.source, c.status)
+    unfinished = [replace(c, values=smooth(c.values, smoothing))
                   for c in unfinished]
     png, svg = plot_bands(bands, out_dir, metric=metric, title=title, stem=fig_stem, unfinished=unfinished)
     rows = final_performance(curves, last_fraction=last_fraction, n_resamples=n_resamples)

@@ -220,3 +220,32 @@ def test_campaign_notes_flag_rising_curves_and_diverging_seeds() -> None:
     assert notes["split"]["seeds_diverge"] and notes["split"]["final_range"] == pytest.approx(35.0)
     assert not notes["alone"]["still_rising"] and notes["alone"]["runs"] == 1
     assert np.isnan(A.rise(curve("e", "short", 1, np.array([1.0]))))
+
+
+def test_campaign_notes_flag_evaluations_that_play_one_game() -> None:
+    """Known answers: a configuration whose evaluations had identical episodes (between-episode std 0, or the
+    rounding of a logged 0) in 3 of 4 runs' rows is 'one game per evaluation'; one with std > 0 everywhere is
+    not; exactly half is (>= 0.5); curves without a logged std give NaN and no flag."""
+    k = np.arange(40.0)
+
+    def with_std(label: str, seed: int, std: np.ndarray) -> P.RunCurve:
+        c = curve("e", label, seed, 100.0 + k)
+        c.episode_std = std
+        return c
+
+    zeros, noisy = np.zeros(40), np.full(40, 3.0)
+    rounding = np.full(40, 1e-12)  # a float-rounding std of identical returns, as written to metrics.csv
+    half = np.where(k < 20, 0.0, 5.0)
+    curves = ([with_std("det", 1, zeros), with_std("det", 2, rounding), with_std("det", 3, zeros),
+               with_std("det", 4, noisy)]
+              + [with_std("noisy", s, noisy) for s in (1, 2)]
+              + [with_std("half", s, half) for s in (1, 2)]
+              + [with_std("nan", 1, np.full(40, np.nan))]
+              + [curve("e", "unlogged", s, k) for s in (1, 2)])
+    _, info = A.normalize(A.scores_by_configuration(curves), {"e": 0.0})
+    notes = {r["configuration"]: r for r in A.campaign_notes(curves, info)}
+    assert notes["det"]["identical_episodes"] == pytest.approx(0.75) and notes["det"]["one_game_per_eval"]
+    assert notes["noisy"]["identical_episodes"] == 0.0 and not notes["noisy"]["one_game_per_eval"]
+    assert notes["half"]["identical_episodes"] == pytest.approx(0.5) and notes["half"]["one_game_per_eval"]
+    for label in ("nan", "unlogged"):
+        assert np.isnan(notes[label]["identical_episodes"]) and not notes[label]["one_game_per_eval"]

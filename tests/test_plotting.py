@@ -212,3 +212,16 @@ def test_load_run_curves_reports_skipped_folders(tmp_path: Path) -> None:
     assert [s.path for s in skipped] == [str(bad / "metrics.csv")] and "line 3" in skipped[0].reason
     with pytest.warns(UserWarning, match="half-written"):
         P.load_run_curves([bad])
+
+
+def test_load_run_curves_reads_the_between_episode_std_next_to_the_metric(tmp_path: Path) -> None:
+    """``team_return_std`` rides along with ``team_return_mean`` (rows without the metric dropped from both; a bad
+    std cell is NaN, not a lost run); a metric without a ``_std`` column gives None."""
+    folder = fake_run(tmp_path, "battle", 1, [0.0])
+    (folder / "metrics.csv").write_text("env_steps,team_return_mean,team_return_std,loss\n"
+                                        "0,-5,0,0.1\n100,,,0.1\n200,3,2.5,0.1\n300,4,oops,0.1\n")
+    (c,) = P.load_run_curves([folder])
+    assert c.steps.tolist() == [0.0, 200.0, 300.0] and c.values.tolist() == [-5.0, 3.0, 4.0]
+    assert c.episode_std is not None and c.episode_std[:2].tolist() == [0.0, 2.5] and np.isnan(c.episode_std[2])
+    (c,) = P.load_run_curves([folder], metric="loss")
+    assert c.episode_std is None
