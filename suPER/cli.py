@@ -10,6 +10,7 @@ Bad input exits with code 2 and a one-line ``error: <flag>: expected ..., got ..
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -1094,6 +1095,28 @@ def opponents_eval(
 # entry point
 
 
+def _accepts_overwrite(argv: list[str]) -> bool:
+    """Whether the (sub)command that ``argv`` names has an ``--overwrite`` option (``train`` does, ``grid run``
+    and ``reproduce`` do not)."""
+    cmd: Any = typer.main.get_command(app)  # typer's own (vendored) click classes: duck-typed, not isinstance
+    for token in argv:
+        if token not in getattr(cmd, "commands", {}):
+            break
+        cmd = cmd.commands[token]
+    return any(p.name == "overwrite" for p in cmd.params)
+
+
+def run_folder_hint(message: str, argv: list[str]) -> str:
+    """A run-folder error as the user should read it: its ``pass --overwrite ...`` remedy (written for
+    ``train``) becomes "move the run folder aside" for a command without that option, which starts a
+    run whose folder is gone over (``grid run``, ``reproduce``)."""
+    if "--overwrite" not in message or _accepts_overwrite(argv):
+        return message
+    aside = "move the run folder aside (this command then starts that run over)"
+    message = re.sub(r"move it aside, or pass --overwrite[^;]*", aside, message)
+    return re.sub(r"pass --overwrite[^;]*", aside, message)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: translate paper spellings, run typer, and turn every outcome into an exit code.
 
@@ -1138,7 +1161,7 @@ def main(argv: list[str] | None = None) -> int:
         from suPER.runs import RunFolderError
 
         if isinstance(exc, RunFolderError) or str(exc).startswith("--"):
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {run_folder_hint(str(exc), argv)}", file=sys.stderr)
             return 2
         raise
     code = code if isinstance(code, int) and not isinstance(code, bool) else 0  # a command's None return: success
