@@ -90,6 +90,22 @@ def test_probability_of_improvement_counts_pairs_and_ties() -> None:
 def test_single_runs_give_no_ci_and_an_inconclusive_verdict() -> None:
     (row,) = A.claim_table({"pursuit": {"ddqn": np.array([1.0]), "ddqn_super_quantile": np.array([9.0])}})
     assert row["iqm_difference"] == 8.0 and np.isnan(row["ci_low"]) and row["verdict"] == A.INCONCLUSIVE
+    assert np.isnan(row["welch_p"])
+
+
+def test_three_overlapping_runs_a_side_are_inconclusive_though_the_bootstrap_ci_excludes_zero() -> None:
+    """Known answer: x = (10, 20, 30), y = (0, 5, 15): means 20 and 6.67, sample variances 100 and 58.3, so
+    Welch's t = 13.33 / sqrt(100/3 + 58.3/3) = 1.84 on 3.74 degrees of freedom, p = 0.146 (two-sided). The
+    percentile bootstrap's CI of the difference lies above 0 (3 runs a side make it too narrow), yet the runs
+    overlap: the verdict waits for Welch's test. Clearly separated runs still hold."""
+    x, y = np.array([10.0, 20.0, 30.0]), np.array([0.0, 5.0, 15.0])
+    (row,) = A.claim_table({"e": {"ddqn_super_quantile": x, "ddqn": y}}, n_resamples=2000)
+    assert row["ci_low"] > 0 and row["welch_p"] == pytest.approx(0.146, abs=0.002)
+    assert row["verdict"] == A.INCONCLUSIVE
+    (sep,) = A.claim_table({"e": {"ddqn_super_quantile": x + 40.0, "ddqn": y}}, n_resamples=2000)
+    assert sep["welch_p"] < A.ALPHA and sep["verdict"] == A.HOLDS
+    # no spread on either side: a sure difference (scipy alone would give NaN), or none
+    assert A.welch_p(np.full(3, 2.0), np.full(3, 1.0)) == 0.0 and A.welch_p(np.ones(3), np.ones(3)) == 1.0
 
 
 def test_normalization_aggregates_and_profiles() -> None:
