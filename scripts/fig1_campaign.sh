@@ -2,7 +2,7 @@
 # Issue 13: start or resume the Figure 1 campaign (docs/results.md "Figure 1, reproduced") on this machine.
 #
 #   bash scripts/fig1_campaign.sh [--worktree DIR] [GRID-RUN ARGS...]
-#   bash scripts/fig1_campaign.sh --filter seed=1 --filter env=battle,adversarial_pursuit --filter 'name=*-ddqn,*-super-quantile'
+#   bash scripts/fig1_campaign.sh --filter 'name=*-ddqn,*-super-quantile'   # the central claim's runs first (seed order)
 #   bash scripts/fig1_campaign.sh                      # the whole grid (finished runs skipped, unfinished resumed)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --status    # running or not, each run's progress and time left,
 #                                                              # every evaluation row checked
