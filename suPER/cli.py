@@ -10,7 +10,6 @@ Bad input exits with code 2 and a one-line ``error: <flag>: expected ..., got ..
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -1106,15 +1105,13 @@ def _accepts_overwrite(argv: list[str]) -> bool:
     return any(p.name == "overwrite" for p in cmd.params)
 
 
-def run_folder_hint(message: str, argv: list[str]) -> str:
-    """A run-folder error as the user should read it: its ``pass --overwrite ...`` remedy (written for
-    ``train``) becomes "move the run folder aside" for a command without that option, which starts a
-    run whose folder is gone over (``grid run``, ``reproduce``)."""
-    if "--overwrite" not in message or _accepts_overwrite(argv):
-        return message
-    aside = "move the run folder aside (this command then starts that run over)"
-    message = re.sub(r"move it aside, or pass --overwrite[^;]*", aside, message)
-    return re.sub(r"pass --overwrite[^;]*", aside, message)
+def input_error_line(exc: ValueError, argv: list[str]) -> str:
+    """A typed input error as the user reads it; a run-folder error's start-over remedy in the words of the
+    command typed (``RunFolderError.message``): ``train`` has ``--overwrite``, ``grid run`` and ``reproduce``
+    do not (they start over a run whose folder is moved aside)."""
+    from suPER.runs import RunFolderError
+
+    return exc.message(can_overwrite=_accepts_overwrite(argv)) if isinstance(exc, RunFolderError) else str(exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1161,7 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
         from suPER.runs import RunFolderError
 
         if isinstance(exc, RunFolderError) or str(exc).startswith("--"):
-            print(f"error: {run_folder_hint(str(exc), argv)}", file=sys.stderr)
+            print(f"error: {input_error_line(exc, argv)}", file=sys.stderr)
             return 2
         raise
     code = code if isinstance(code, int) and not isinstance(code, bool) else 0  # a command's None return: success

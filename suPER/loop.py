@@ -90,8 +90,8 @@ LOOP_CHECKPOINT_VERSION = 2
 READABLE_CHECKPOINT_VERSIONS = (1, 2)
 """Versions ``restore`` continues from; version 1 has no copy of the metrics rows (metrics.csv is checked instead)."""
 
-RESTART_HINT = "pass --overwrite to restart the run from scratch (this discards its metrics.csv and checkpoints)"
-"""What to do about an unfinished run that cannot be continued."""
+RESTART = "restart the run from scratch (this discards its metrics.csv and checkpoints)"
+"""What ``--overwrite`` does to an unfinished run that cannot be continued (``RunFolderError``'s ``overwrite``)."""
 
 
 def torch_save(obj: Any, path: str | Path) -> None:
@@ -114,7 +114,7 @@ def read_checkpoint(path: Path, cfg: ExperimentConfig, mmap: bool = False) -> di
             refuses to build), another format version, another configuration.
     """
     def refuse(why: str) -> RunFolderError:
-        return RunFolderError(f"{path}: {why}; {RESTART_HINT}")
+        return RunFolderError(f"{path}: {why}", overwrite=RESTART)
 
     try:
         if path.stat().st_size == 0:
@@ -133,8 +133,8 @@ def read_checkpoint(path: Path, cfg: ExperimentConfig, mmap: bool = False) -> di
         raise refuse(f"expected checkpoint format {' or '.join(map(str, READABLE_CHECKPOINT_VERSIONS))}, got "
                      f"{raw.get('version')!r}")
     if without_volatile(raw["config"]) != without_volatile(cfg.to_dict()):
-        raise RunFolderError(f"{path}: was written by a different configuration; pass --overwrite to start the run "
-                             f"over, or use another --tag")
+        raise RunFolderError(f"{path}: was written by a different configuration", "use another --tag",
+                             "start the run over")
     try:
         int(raw["loop"]["env_steps"])
         record = raw.get("metrics")

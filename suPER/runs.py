@@ -48,9 +48,31 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"
 
 
+START_OVER_ELSEWHERE = "move the run folder aside (this command then starts that run over)"
+"""The start-over remedy of commands without ``--overwrite`` (``grid run``, ``reproduce``): a run whose folder is
+gone is started over, where ``train`` would refuse or overwrite."""
+
+
 class RunFolderError(ValueError):
     """The output folder cannot be used as asked (unwritable, a finished run, a damaged file, another writer):
-    bad input, one line, exit 2, nothing changed."""
+    bad input, one line, exit 2, nothing changed.
+
+    The line is ``problem; remedies``. ``keep`` is the remedy that keeps what the folder holds ("restore it");
+    ``overwrite`` is what ``--overwrite`` would do ("start the run over (discards its metrics.csv)"), the remedy
+    that throws the folder's run away. Only ``train`` has that option, so the error carries its parts and each
+    command words the last remedy its own way (``message``); ``str()`` is train's wording.
+    """
+
+    def __init__(self, problem: str, keep: str = "", overwrite: str = "") -> None:
+        self.problem, self.keep, self.overwrite = problem, keep, overwrite
+        super().__init__(self.message(can_overwrite=True))
+
+    def message(self, can_overwrite: bool) -> str:
+        """The line for a command that has (``can_overwrite``) or lacks ``--overwrite``."""
+        start_over = "" if not self.overwrite else (f"pass --overwrite to {self.overwrite}" if can_overwrite
+                                                    else START_OVER_ELSEWHERE)
+        remedies = ", or ".join(r for r in (self.keep, start_over) if r)
+        return f"{self.problem}; {remedies}" if remedies else self.problem
 
 
 class RunFailure(RuntimeError):
@@ -264,26 +286,27 @@ class RunFolder:
             RunFolderError: manifest.json exists but is not a JSON object with a status, or it is missing
                 while the folder holds config.json, metrics.csv or a checkpoint.
         """
-        fix = f"repair or move it aside, or pass --overwrite to start {self.path} over"
+        start_over = f"start {self.path} over"
         if not self.manifest.exists():
             held = self.data_files()
             if held:
                 raise RunFolderError(f"{self.manifest}: missing, but the folder holds {', '.join(held)} (a run whose "
-                                     f"status cannot be told); restore manifest.json, or pass --overwrite to start "
-                                     f"{self.path} over")
+                                     f"status cannot be told)", "restore manifest.json", start_over)
             return None
         try:
             data = json.loads(self.manifest.read_text())
         except UnicodeDecodeError:
-            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got undecodable bytes; {fix}") from None
+            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got undecodable bytes", "repair it",
+                                 start_over) from None
         except ValueError as exc:
-            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got invalid JSON ({exc}); {fix}") from None
+            raise RunFolderError(f"{self.manifest}: expected a JSON manifest, got invalid JSON ({exc})", "repair it",
+                                 start_over) from None
         except OSError as exc:
-            raise RunFolderError(f"{self.manifest}: cannot be read ({exc.strerror}); {fix}") from None
+            raise RunFolderError(f"{self.manifest}: cannot be read ({exc.strerror})", "repair it", start_over) from None
         if not isinstance(data, dict) or data.get("status") not in (FINISHED, RUNNING, FAILED, INTERRUPTED):
             got = f"status {data.get('status')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
             raise RunFolderError(f"{self.manifest}: expected a manifest with status finished, running, failed or "
-                                 f"interrupted, got {got}; {fix}")
+                                 f"interrupted, got {got}", "repair it", start_over)
         return data
 
     def writer_exited(self) -> bool:
@@ -416,8 +439,8 @@ def prepare_run_folder(out: str | Path, name: str, overwrite: bool = False) -> R
         raise RunFolderError(f"--out: folder {out} is not writable")
     folder = RunFolder(out / name)
     if not overwrite and (folder.checked_manifest() or {}).get("status") == FINISHED:
-        raise RunFolderError(
-            f"--out: {folder.path} already holds a finished run; choose another --out or --tag, or pass --overwrite")
+        raise RunFolderError(f"--out: {folder.path} already holds a finished run", "choose another --out or --tag",
+                             "replace it")
     folder.path.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -121,8 +121,8 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
 
     previous = {} if overwrite else (folder.checked_manifest() or {})  # again, under the lock
     if previous.get("status") == runs.FINISHED:
-        raise runs.RunFolderError(
-            f"--out: {folder.path} already holds a finished run; choose another --out or --tag, or pass --overwrite")
+        raise runs.RunFolderError(f"--out: {folder.path} already holds a finished run",
+                                  "choose another --out or --tag", "replace it")
     latest = folder.checkpoints / "latest.pt"
     resume = not overwrite and bool(previous) and latest.exists()
     notes = check_resumable(cfg, folder) if resume else []
@@ -134,7 +134,7 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
         if trained:  # evaluations of training that no checkpoint can continue: starting over would drop them
             raise runs.RunFolderError(
                 f"{latest}: missing, but {folder.metrics} holds {len(trained)} evaluation(s) after step 0 that it "
-                f"would continue; restore the checkpoint, or pass --overwrite to start over (discards metrics.csv)")
+                f"would continue", "restore the checkpoint", "start over (discards metrics.csv)")
         notes.append(f"{folder.path}: unfinished run without a checkpoint (stopped before its first one); starting it "
                      f"over")
     if previous.get("status") == runs.RUNNING:
@@ -210,24 +210,23 @@ def check_resumable(cfg: C.ExperimentConfig, folder: Any) -> list[str]:
     import json
 
     from suPER import runs
-    from suPER.loop import RESTART_HINT, read_checkpoint
+    from suPER.loop import RESTART, read_checkpoint
 
     try:
         old = json.loads(folder.config.read_text())
     except FileNotFoundError:
-        raise runs.RunFolderError(f"{folder.config}: missing in an unfinished run; restore it, or {RESTART_HINT}") \
-            from None
+        raise runs.RunFolderError(f"{folder.config}: missing in an unfinished run", "restore it", RESTART) from None
     except (OSError, ValueError) as exc:
-        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got an unreadable file ({exc}); "
-                                  f"restore it, or {RESTART_HINT}") from None
+        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got an unreadable file ({exc})",
+                                  "restore it", RESTART) from None
     if not isinstance(old, dict):
-        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got a JSON {type(old).__name__}; "
-                                  f"restore it, or {RESTART_HINT}")
+        raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got a JSON {type(old).__name__}",
+                                  "restore it", RESTART)
     if C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
         diff = first_difference(C.without_volatile(old), C.without_volatile(cfg.to_dict()))
         raise runs.RunFolderError(
-            f"--out: {folder.path} holds an unfinished run of a different configuration ({diff}); pass "
-            f"--overwrite to start it over, or use another --tag")
+            f"--out: {folder.path} holds an unfinished run of a different configuration ({diff})", "use another --tag",
+            "start it over")
     latest = folder.checkpoints / "latest.pt"
     raw = read_checkpoint(latest, cfg, mmap=True)
     steps = int(raw["loop"]["env_steps"])
@@ -236,7 +235,7 @@ def check_resumable(cfg: C.ExperimentConfig, folder: Any) -> list[str]:
         problem = runs.check_rows(folder.metrics)
         if problem is not None:
             raise runs.RunFolderError(f"{folder.metrics}: {problem}, and {latest} (format 1) holds no copy of the rows "
-                                      f"to restore it from; repair the file, or {RESTART_HINT}")
+                                      f"to restore it from", "repair the file", RESTART)
         return []
     problem = runs.compare_with_record(folder.metrics, record)
     if problem is None:

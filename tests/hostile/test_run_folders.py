@@ -459,3 +459,15 @@ def test_grid_run_refuses_a_folder_whose_manifest_cannot_be_read(tmp_path: Path,
     assert_refused(outcome, 2, str(run_dir / "manifest.json"), "move the run folder aside")
     assert "--overwrite" not in outcome.stderr
     assert_unchanged(before, tmp_path, allow_new=False)
+
+
+def test_run_folder_error_words_its_start_over_remedy_per_command() -> None:
+    from suPER.runs import START_OVER_ELSEWHERE, RunFolderError
+
+    damaged = RunFolderError("runs/x/config.json: damaged", "restore it", "restart the run from scratch")
+    assert str(damaged) == "runs/x/config.json: damaged; restore it, or pass --overwrite to restart the run from scratch"
+    assert damaged.message(can_overwrite=False) == f"runs/x/config.json: damaged; restore it, or {START_OVER_ELSEWHERE}"
+    locked = RunFolderError("--out: runs/x is being written by another process", "wait for it")
+    assert locked.message(can_overwrite=False) == str(locked) == "--out: runs/x is being written by another process; wait for it"
+    assert RunFolderError("--out: folder runs is not writable").message(can_overwrite=False) == \
+        "--out: folder runs is not writable"
