@@ -318,10 +318,10 @@ class RunFolder:
         Read-only on purpose: probing the flock itself could make a writer starting at that instant refuse.
         """
         try:
-            info = json.loads(self.lock_file.read_text() or "{}")
-        except (OSError, ValueError):
+            info = _holder(self.lock_file.read_bytes())
+        except OSError:
             return False
-        if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+        if info is None or info.get("host") != socket.gethostname():
             return False
         try:
             os.kill(int(info["pid"]), 0)
@@ -415,11 +415,22 @@ class FolderLock:
         self.release()
 
 
-def _read_holder(fd: int) -> str:
+def _holder(lock_bytes: bytes) -> dict[str, Any] | None:
+    """What a lock file says of its writer (``{"pid", "host", "since"}`` as ``FolderLock.acquire`` writes it);
+    None when it is empty or not such a JSON object (a writer between truncating and writing it)."""
     try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        info = json.loads(lock_bytes or b"{}")
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) and info else None
+
+
+def _read_holder(fd: int) -> str:
+    """The lock holder for a refusal message: its pid, host and start time, or "holder unknown"."""
+    try:
+        info = _holder(os.pread(fd, 4096, 0)) or {}
         return f"pid {info['pid']} on {info['host']} since {info['since']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, KeyError):
         return "holder unknown"
 
 

@@ -471,3 +471,26 @@ def test_run_folder_error_words_its_start_over_remedy_per_command() -> None:
     assert locked.message(can_overwrite=False) == str(locked) == "--out: runs/x is being written by another process; wait for it"
     assert RunFolderError("--out: folder runs is not writable").message(can_overwrite=False) == \
         "--out: folder runs is not writable"
+
+
+def test_writer_exited_only_when_the_lock_names_a_dead_process_on_this_host(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from suPER.runs import RunFolder
+
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    assert not folder.writer_exited()  # no lock file: cannot be told
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    here = socket.gethostname()
+    holders = [({"pid": dead, "host": here}, True), ({"pid": os.getpid(), "host": here}, False),
+               ({"pid": dead, "host": here + "-elsewhere"}, False), ({"pid": "x", "host": here}, False)]
+    for holder, exited in holders:
+        folder.lock_file.write_text(json.dumps(holder))
+        assert folder.writer_exited() is exited, holder
+    for text in ["", "{oops", "[1, 2]"]:
+        folder.lock_file.write_text(text)
+        assert not folder.writer_exited(), text
