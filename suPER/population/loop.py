@@ -218,8 +218,16 @@ class Population:
 
     def finished(self) -> int:
         """Iterations finished (``state.json``; 0 when absent)."""
+        from suPER.runs import RunFolderError
+
         path = self.folder / "state.json"
-        return int(json.loads(path.read_text())["finished_iterations"]) if path.exists() else 0
+        if not path.exists():
+            return 0
+        try:
+            return int(json.loads(path.read_text())["finished_iterations"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RunFolderError(f"{path}: expected {{\"finished_iterations\": N}}, got an unreadable file "
+                                 f"({type(exc).__name__}: {exc})", "repair it", f"start {self.folder} over") from None
 
     def members(self, side: str, upto: int) -> dict[str, str]:
         """``side``'s policies after iteration ``upto``: name -> ``random`` or its team file."""
@@ -230,24 +238,46 @@ class Population:
         return out
 
     def start(self, overwrite: bool) -> None:
-        """Create the folder, or check that an existing one is this run (same ``population.json``)."""
+        """Check that an existing folder is this run (same ``population.json``), or start it; call holding the
+        folder's writer lock (``run``). ``overwrite`` empties the folder but its lock file, so that a second
+        writer still finds the folder held.
+
+        Raises:
+            RunFolderError: ``population.json`` unreadable, or of a run with other settings (nothing changed).
+        """
+        import shutil
+
+        from suPER.runs import RunFolder, RunFolderError
+
         path = self.folder / "population.json"
         mine = json.loads(json.dumps(asdict(self.cfg)))
         if path.exists() and not overwrite:
-            theirs = json.loads(path.read_text())
+            try:
+                theirs = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise RunFolderError(f"{path}: expected the population run's JSON settings, got an unreadable file "
+                                     f"({exc})", "repair it", f"start {self.folder} over") from None
+            if not isinstance(theirs, dict):
+                raise RunFolderError(f"{path}: expected the population run's JSON settings, got a JSON "
+                                     f"{type(theirs).__name__}", "repair it", f"start {self.folder} over")
             for key in VOLATILE:
                 theirs.pop(key, None)
             if theirs != {k: v for k, v in mine.items() if k not in VOLATILE}:
                 diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-                raise C.ConfigError(f"{self.folder}: holds a population run with other settings ({', '.join(diff)}); "
-                                    f"use --overwrite to start over, or another --out")
+                raise RunFolderError(f"--out: {self.folder} holds a population run with other settings "
+                                     f"({', '.join(diff)})", "use another --out", "start it over")
+            self.finished()  # a damaged state.json is refused here, before anything is written
             atomic_write_json(path, mine)  # the volatile settings of this attempt
             return
-        if overwrite and self.folder.exists():
-            import shutil
-
-            shutil.rmtree(self.folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            lock_file = RunFolder(self.folder).lock_file
+            for child in self.folder.iterdir():
+                if child == lock_file:
+                    continue
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
         atomic_write_json(path, mine)
 
     # ---- one iteration
@@ -313,8 +343,19 @@ class Population:
             on_cluster: this process is a job on a Ray cluster (``--address``): matches and best responses
                 run as tasks of that cluster, ``--match-workers`` / ``--br-workers`` at a time (0 = no cap).
         """
+        from suPER.runs import RunFolder, RunFolderError
+
         set_threads(self.cfg.threads)
-        self.start(overwrite)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunFolderError(f"--out: cannot create folder {self.folder} ({exc.strerror})") from None
+        with RunFolder(self.folder).lock():  # one writer per population folder (another one is refused)
+            self.start(overwrite)
+            return self._run(on_cluster)
+
+    def _run(self, on_cluster: bool) -> dict[str, Any]:
+        """``run`` once the folder is held and started."""
         cfg = self.cfg
         self.match_lane = self.br_lane = None
         pool = None

@@ -87,6 +87,44 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not list(tmp_path.iterdir())
 
 
+def test_a_folder_it_cannot_use_is_one_line_exit_2_and_left_as_it_was(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """--out under a file, a damaged population.json or state.json, a run of other settings, a folder another
+    process writes: one line naming the file or flag, exit 2, nothing written (refused before any training)."""
+    from suPER.runs import RunFolder
+
+    args = ["population", "selfplay", "--env", "battle", "--iterations", "1", "--br-steps", "20", "--sides",
+            "opponent", "--eval-episodes", "1", *TINY]
+
+    def refused(out: Path, *needles: str) -> str:
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        assert main([*args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and all(n in err for n in needles), err
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+        return err
+
+    (tmp_path / "afile").write_text("x")
+    refused(tmp_path / "afile", "--out: cannot create folder")
+    folder = tmp_path / "runs" / "battle__selfplay__s1"
+    folder.mkdir(parents=True)
+    (folder / "population.json").write_text("{oops")
+    refused(tmp_path / "runs", str(folder / "population.json"), "--overwrite")
+    (folder / "population.json").write_text('{"env": "battle", "seed": 7}')
+    refused(tmp_path / "runs", "--out:", "other settings", "seed")
+    assert main([*args, "--out", str(tmp_path / "runs"), "--overwrite", "--iterations", "0"]) == 2  # bad input first
+    capsys.readouterr()
+    with RunFolder(folder).lock():
+        err = refused(tmp_path / "runs", "being written by another process", f"pid {os.getpid()}")
+        assert "--overwrite" not in err
+    (folder / "population.json").unlink()
+    (folder / "state.json").write_text("[]")
+    # no population.json: a fresh start writes it; the damaged state.json is then refused, before any training
+    assert main([*args, "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {folder / 'state.json'}: expected") and not (folder / "br").exists(), err
+
+
 def _wait(proc: subprocess.Popen[bytes], ready, timeout: float = 900.0) -> None:  # type: ignore[no-untyped-def]
     t0 = time.monotonic()
     while not ready():
