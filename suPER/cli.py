@@ -963,6 +963,9 @@ def reproduce(
     if cpus_per_trial <= 0:
         raise UserError(f"--cpus-per-trial: expected a number > 0, got {cpus_per_trial}")
     grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [])
+    if not runs_:  # a selection that matches nothing is a typo, not a finished figure (as grid run)
+        asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])
+        raise UserError(f"--filter: no run of {figure} matches {asked!r}")
     out = out or R.default_out(grid, fraction, layer)
     where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
         "on this machine"
@@ -987,7 +990,7 @@ def reproduce(
             raise typer.Exit(1)
         if outcome["interrupted"]:
             raise typer.Exit(130)
-    if not out.is_dir():
+    if address and not out.is_dir():
         print(f"run folders are on the cluster under {out}; draw them there with: super-marl reproduce {figure} "
               f"--out {out} (all runs finished: nothing is trained)")
         return
@@ -1075,7 +1078,8 @@ def opponents_eval(
         raise UserError(f"--episodes: expected an integer >= 1, got {episodes}")
     set_threads(threads)
     cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
-                                        "env.opponent_allow_pickle": allow_pickle})
+                                        "env.opponent_allow_pickle": allow_pickle},
+                    labels={"env.opponent": "--opponent", "env.opponent_epsilon": "--opponent-epsilon"})
     e = make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)
     try:
         s = O.play(e, O.team_policy(team, e, seed, allow_pickle), episodes, seed).summary(seed)

@@ -434,6 +434,24 @@ def _read_holder(fd: int) -> str:
         return "holder unknown"
 
 
+def writable_folder(path: Path, flag: str = "--out") -> Path:
+    """Create ``path`` (with its parents) and check this process can write there, before anything starts.
+
+    Raises:
+        RunFolderError: it cannot be created (a file in the way, no permission) or is not writable; the line
+            names ``flag``.
+    """
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"{flag}: expected a folder, got the file {path}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(f"{flag}: cannot create folder {path} ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunFolderError(f"{flag}: folder {path} is not writable")
+    return path
+
+
 def prepare_run_folder(out: str | Path, name: str, overwrite: bool = False) -> RunFolder:
     """Create (or reuse) ``out/name`` after checking it is safe to write there.
 
@@ -441,13 +459,7 @@ def prepare_run_folder(out: str | Path, name: str, overwrite: bool = False) -> R
     manifest cannot be read (unless ``overwrite``); nothing existing is touched in that case. Callers that
     write the folder then take ``folder.lock()`` and check again under the lock.
     """
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunFolderError(f"--out: cannot create folder {out} ({exc.strerror})") from exc
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise RunFolderError(f"--out: folder {out} is not writable")
+    out = writable_folder(Path(out))
     folder = RunFolder(out / name)
     if not overwrite and (folder.checked_manifest() or {}).get("status") == FINISHED:
         raise RunFolderError(f"--out: {folder.path} already holds a finished run", "choose another --out or --tag",

@@ -233,6 +233,10 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
 
     console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     out = Path(out).resolve()
+    if not dry_run:  # Tune's storage (out/.tune) and every run folder go there: refused before anything starts
+        from suPER.runs import writable_folder
+
+        writable_folder(out)
     plan = plan_runs(runs_, out)
     outcome: dict[str, list[str]] = {"finished": [], "skipped": [r.run_name for r in plan.finished], "failed": [],
                                      "pending": [r.entry for r in plan.pending], "interrupted": []}
@@ -260,7 +264,6 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
                             fields)
     if dry_run:
         return outcome
-
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
     from ray import tune
 

@@ -343,13 +343,10 @@ class Population:
             on_cluster: this process is a job on a Ray cluster (``--address``): matches and best responses
                 run as tasks of that cluster, ``--match-workers`` / ``--br-workers`` at a time (0 = no cap).
         """
-        from suPER.runs import RunFolder, RunFolderError
+        from suPER.runs import RunFolder, writable_folder
 
         set_threads(self.cfg.threads)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RunFolderError(f"--out: cannot create folder {self.folder} ({exc.strerror})") from None
+        writable_folder(self.folder)
         with RunFolder(self.folder).lock():  # one writer per population folder (another one is refused)
             self.start(overwrite)
             return self._run(on_cluster)

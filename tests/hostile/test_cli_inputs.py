@@ -115,6 +115,34 @@ def test_bad_grid_file_names_file_and_line(tmp_path: Path, capsys: pytest.Captur
     assert_unchanged(before, tmp_path, allow_new=False)
 
 
+CAMPAIGN_CASES = [
+    # an --out Ray Tune cannot use (it writes out/.tune): refused before Ray starts
+    (["grid", "run", "experiments/smoke.yaml", "--filter", "name=pursuit-dqn", "--out", "{file}"],
+     "--out: expected a folder, got the file"),
+    (["grid", "run", "experiments/smoke.yaml", "--filter", "name=pursuit-dqn", "--out", "{file}/x"],
+     "--out: cannot create folder"),
+    (["reproduce", "fig1", "--layer", "experiments/smoke.yaml", "--env", "pursuit", "--seeds", "1", "--filter",
+      "name=*-ddqn", "--out", "{file}"], "--out: expected a folder, got the file"),
+    # a selection that matches nothing is a typo, not a finished figure
+    (["reproduce", "fig1", "--filter", "nothing-is-called-this", "--out", "{tmp}/r"], "--filter: no run of fig1"),
+    (["reproduce", "fig1", "--env", "battle", "--filter", "env=pursuit", "--dry-run"], "--filter: no run of fig1"),
+    # the flag as typed, not the config key it sets
+    (["opponents", "eval", "--env", "battle", "--opponent-epsilon", "2"], "--opponent-epsilon: expected"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), CAMPAIGN_CASES, ids=[" ".join(a[:2] + a[-2:]) for a, _ in CAMPAIGN_CASES])
+def test_bad_campaign_input_is_one_line_exit_2_before_ray_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 args: list[str], needle: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [a.format(file=tmp_path / "afile", tmp=tmp_path) for a in args]
+    argv = [str(root / a) if a.startswith("experiments/") else a for a in argv]
+    before = snapshot(tmp_path)
+    assert_refused(run_cli(argv, capsys), 2, needle)
+    assert_unchanged(before, tmp_path, allow_new=False)
+
+
 def test_good_paper_booleans_are_accepted() -> None:
     from suPER.cli import translate_paper_args
 
