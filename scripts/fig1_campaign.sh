@@ -4,6 +4,8 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR] [GRID-RUN ARGS...]
 #   bash scripts/fig1_campaign.sh --filter 'name=*-ddqn,*-super-quantile'   # the central claim's runs first (seed order)
 #   bash scripts/fig1_campaign.sh                      # the whole grid (finished runs skipped, unfinished resumed)
+#   bash scripts/fig1_campaign.sh --filter 'env=pursuit,adversarial_pursuit' --filter 'name=*-ddqn,*-super-quantile'
+#                                   # on a machine that may not outlive the session: runs that fit one (not battle)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --status    # running or not, each run's progress and time left,
 #                                                              # every evaluation row checked
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --collect   # finished runs' records -> results/fig1 (then commit)
