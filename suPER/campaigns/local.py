@@ -264,6 +264,7 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
                             fields)
     if dry_run:
         return outcome
+
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
     from ray import tune
 

@@ -243,7 +243,8 @@ class Population:
         writer still finds the folder held.
 
         Raises:
-            RunFolderError: ``population.json`` unreadable, or of a run with other settings (nothing changed).
+            RunFolderError: ``population.json`` or ``state.json`` unreadable, or a run of other settings (nothing
+                changed).
         """
         import shutil
 
@@ -251,6 +252,8 @@ class Population:
 
         path = self.folder / "population.json"
         mine = json.loads(json.dumps(asdict(self.cfg)))
+        if not overwrite:
+            self.finished()  # a damaged state.json is refused here, before anything is written
         if path.exists() and not overwrite:
             try:
                 theirs = json.loads(path.read_text())
@@ -266,7 +269,6 @@ class Population:
                 diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
                 raise RunFolderError(f"--out: {self.folder} holds a population run with other settings "
                                      f"({', '.join(diff)})", "use another --out", "start it over")
-            self.finished()  # a damaged state.json is refused here, before anything is written
             atomic_write_json(path, mine)  # the volatile settings of this attempt
             return
         if overwrite:
