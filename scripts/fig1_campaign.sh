@@ -16,6 +16,10 @@
 # a new machine has lost the run folders), then `grid run` detached in its own session at the lowest scheduler
 # share (setsid gives it its own autogroup, where plain nice does not yield; so the autogroup is niced too).
 # Check afterwards: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
+# CPU kernels: runs use the machine's own (AVX-512 where it has it), so a seed repeats bit for bit only on a machine
+# like the one that made it (docs/decisions.md, "Bit-reproducible per CPU instruction set"). To compute what an AVX2
+# machine does (battle seed 1's records were made on one: repeated bit for bit that way), prefix the command with
+#   ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2   (Ray's workers inherit them; ~1.35x slower here)
 set -euo pipefail
 COMMIT=c083f22
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -492,6 +492,39 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
     return out
 
 
+CPU_KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
+"""Environment variables that pin the instruction set of torch's CPU kernels (ATen, oneDNN convolutions, MKL
+GEMM); ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2`` makes an AVX-512 machine compute what an
+AVX2 one does."""
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU a run trains on: its model name, the vector instruction set torch's kernels use, and the
+    ``CPU_KERNEL_ENV`` variables that were set.
+
+    Same seed, commit and packages reproduce a run bit for bit only with the same kernels: torch picks them by
+    the instruction set (AVX2 and AVX-512 round differently), so trajectories part after the first updates
+    (docs/decisions.md, "Bit-reproducible per CPU instruction set").
+    """
+    model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        capability: str | None = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        capability = None
+    pinned = {k: os.environ[k] for k in CPU_KERNEL_ENV if os.environ.get(k)}
+    return {"cpu": model or platform.processor() or None, "cpu_capability": capability,
+            **({"cpu_kernel_env": pinned} if pinned else {})}
+
+
 def new_manifest(seed: int, argv: list[str] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Provenance for a starting run."""
     return {
@@ -500,6 +533,7 @@ def new_manifest(seed: int, argv: list[str] | None = None, extra: Mapping[str, A
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "end_time": None,
         "host": socket.gethostname(),
+        **cpu_info(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "command": argv if argv is not None else sys.argv,

@@ -146,7 +146,7 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
     if resume:
         manifest = dict(previous, status=runs.RUNNING, end_time=None, **(extra_manifest or {}))
         manifest["resumed"] = [*previous.get("resumed", []), {"time": now, "after_status": previous.get("status"),
-                                                               "host": socket.gethostname()}]
+                                                               "host": socket.gethostname(), **runs.cpu_info()}]
     else:
         manifest = runs.new_manifest(cfg.run.seed, extra={"run_name": cfg.run_name, "tag": cfg.run.tag,
                                                           "backend": backend, **(extra_manifest or {})})

@@ -129,6 +129,7 @@ def test_sigkill_at_random_points_then_resume_logs_every_evaluation_once(tmp_pat
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["env_steps"] == budget and len(manifest["resumed"]) == 2
     assert [x["after_status"] for x in manifest["resumed"]] == ["running", "running"]
+    assert {x["cpu_capability"] for x in manifest["resumed"]} == {torch.backends.cpu.get_cpu_capability()}
     assert not (run_dir / "checkpoints" / "latest.pt").exists() and not list(run_dir.rglob(".*"))
     if algo.startswith("ddqn"):
         final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)

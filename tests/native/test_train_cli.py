@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from suPER.opponents import OPPONENTS_DIR, sha256
 
@@ -17,8 +18,8 @@ TINY = ["--num-timesteps", "300", "--eval-interval", "150", "--eval-episodes", "
         "--set", "env.horizon=60", "--set", "dqn.learning_starts=100", "--set", "dqn.buffer_size=2000"]
 
 
-def train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "RAY_AUTH_MODE": "disabled"}
+def train(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "RAY_AUTH_MODE": "disabled", **env_vars}
     env.pop("WANDB_API_KEY", None)
     return subprocess.run([sys.executable, "-m", "suPER.cli", "train", "--out", str(tmp_path), *TINY, *args],
                           capture_output=True, text=True, timeout=600, env=env)
@@ -30,6 +31,8 @@ def check_run_folder(run_dir: Path, n_agents: int, super_: bool = False) -> list
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["env_steps"] == 300
     assert manifest["packages"]["torch"] and manifest["packages"]["pettingzoo"] and "git_commit" in manifest
+    # the instruction set torch's float kernels were picked for: a run repeats bit for bit only on the same one
+    assert manifest["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     config = json.loads((run_dir / "config.json").read_text())
     assert config["run"]["num_timesteps"] == 300 and config["env"]["horizon"] == 60
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -71,6 +74,17 @@ def test_super_parameter_sharing_and_paper_spelling(tmp_path: Path) -> None:
     r = train(tmp_path, "--env", "battle", "--parameter_sharing=true")
     assert r.returncode == 0, r.stderr[-2000:]
     check_run_folder(tmp_path / "battle__ddqn_ps__s1", 6)
+
+
+def test_the_manifest_names_the_cpu_kernels_a_run_used(tmp_path: Path) -> None:
+    """A run repeats bit for bit only with the same CPU kernels; pinning them (here to ATen's portable ones)
+    must show in the manifest, or two machines' runs cannot be told apart."""
+    r = train(tmp_path, "--env", "pursuit", "--num-timesteps", "150", "--eval-interval", "150",
+              ATEN_CPU_CAPABILITY="default")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "pursuit__ddqn__s1" / "manifest.json").read_text())
+    assert manifest["cpu_capability"] == "DEFAULT"
+    assert manifest["cpu_kernel_env"]["ATEN_CPU_CAPABILITY"] == "default"
 
 
 def test_wandb_offline_writes_under_run_folder(tmp_path: Path) -> None:
