@@ -331,9 +331,13 @@ class RunFolder:
             return False
         return False
 
-    def lock(self) -> FolderLock:
-        """Take the writer lock of this folder (see :class:`FolderLock`); the folder must exist."""
-        return FolderLock(self)
+    def lock(self, elsewhere: str = "--out or --tag") -> FolderLock:
+        """Take the writer lock of this folder (see :class:`FolderLock`); the folder must exist.
+
+        Args:
+            elsewhere: the flags that choose another folder, named in the refusal (a population has no --tag).
+        """
+        return FolderLock(self, elsewhere)
 
     def remove_stale_temp_files(self) -> tuple[int, int]:
         """Delete the temp files killed writers left (``.latest.pt.*`` and the like); call only holding ``lock()``.
@@ -363,8 +367,9 @@ class FolderLock:
     locked is still the one on disk, so a file removed in between is never trusted.
     """
 
-    def __init__(self, folder: RunFolder) -> None:
+    def __init__(self, folder: RunFolder, elsewhere: str = "--out or --tag") -> None:
         self.folder = folder
+        self.elsewhere = elsewhere
         self.fd: int | None = None
 
     def acquire(self) -> FolderLock:
@@ -383,7 +388,7 @@ class FolderLock:
                 os.close(fd)
                 raise RunFolderError(
                     f"--out: {self.folder.path} is being written by another process ({holder}); wait for it to "
-                    f"finish or stop it, or use another --out or --tag") from None
+                    f"finish or stop it, or use another {self.elsewhere}") from None
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(path))
             except FileNotFoundError:

@@ -349,7 +349,7 @@ class Population:
 
         set_threads(self.cfg.threads)
         writable_folder(self.folder)
-        with RunFolder(self.folder).lock():  # one writer per population folder (another one is refused)
+        with RunFolder(self.folder).lock("--out"):  # one writer per population folder (another one is refused)
             self.start(overwrite)
             return self._run(on_cluster)
 

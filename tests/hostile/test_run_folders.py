@@ -306,7 +306,8 @@ def test_second_writer_is_refused(unfinished: Path, capsys: pytest.CaptureFixtur
     with RunFolder(unfinished / RUN).lock():
         before = snapshot(unfinished)
         outcome = run_cli(train(unfinished), capsys)
-        assert_refused(outcome, 2, str(unfinished / RUN), "another process", f"pid {os.getpid()}")
+        assert_refused(outcome, 2, str(unfinished / RUN), "another process", f"pid {os.getpid()}",
+                       "another --out or --tag")
         assert_unchanged(before, unfinished, allow_new=False)
     assert not (unfinished / RUN / ".writer.lock").exists()
 

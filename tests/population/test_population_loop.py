@@ -115,8 +115,8 @@ def test_a_folder_it_cannot_use_is_one_line_exit_2_and_left_as_it_was(tmp_path: 
     # --overwrite with a bad setting: the setting is refused before the folder is emptied
     refused(tmp_path / "runs", "--iterations: expected", extra=("--overwrite", "--iterations", "0"))
     with RunFolder(folder).lock():
-        err = refused(tmp_path / "runs", "being written by another process", f"pid {os.getpid()}")
-        assert "--overwrite" not in err
+        err = refused(tmp_path / "runs", "being written by another process", f"pid {os.getpid()}", "another --out")
+        assert "--overwrite" not in err and "--tag" not in err  # a population has no --tag to choose another folder
     (folder / "population.json").unlink()
     (folder / "state.json").write_text("[]")
     refused(tmp_path / "runs", f"error: {folder / 'state.json'}: expected")  # even without population.json
