@@ -1076,6 +1076,8 @@ def opponents_eval(
         raise UserError(f"--env: expected one of {', '.join(opponent_env_names())}, got {env!r}")
     if episodes < 1:
         raise UserError(f"--episodes: expected an integer >= 1, got {episodes}")
+    if threads < 0:
+        raise UserError(f"--threads: expected an integer >= 0, got {threads}")
     set_threads(threads)
     cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
                                         "env.opponent_allow_pickle": allow_pickle},

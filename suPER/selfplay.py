@@ -72,7 +72,9 @@ def selfplay_config(env_name: str, num_timesteps: int, snapshots: int, seed: int
              "run.eval_interval": max(1, num_timesteps // snapshots), "run.eval_episodes": 0,
              "run.checkpoint_replay": False, "run.out": str(out), "run.tag": "selfplay", "run.progress": False,
              "run.threads": threads, "run.device": "cpu"}
-    return C.resolve(env_name, "ddqn", overrides=overrides or {}, named=named)
+    labels = {"run.seed": "--seed", "run.num_timesteps": "--num-timesteps", "run.out": "--out",
+              "run.threads": "--threads"}
+    return C.resolve(env_name, "ddqn", overrides=overrides or {}, named=named, labels=labels)
 
 
 def _split_and_save(q_state: dict[str, torch.Tensor], cfg: C.ExperimentConfig, env_steps: int,

@@ -128,6 +128,9 @@ CAMPAIGN_CASES = [
     (["reproduce", "fig1", "--env", "battle", "--filter", "env=pursuit", "--dry-run"], "--filter: no run of fig1"),
     # the flag as typed, not the config key it sets
     (["opponents", "eval", "--env", "battle", "--opponent-epsilon", "2"], "--opponent-epsilon: expected"),
+    (["opponents", "eval", "--env", "battle", "--threads", "-1"], "--threads: expected an integer >= 0"),
+    (["opponents", "train", "--env", "battle", "--threads", "-1", "--out", "{tmp}/o"],
+     "--threads: expected an integer >= 0"),
 ]
 
 
