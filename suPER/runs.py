@@ -25,12 +25,15 @@ import json
 import os
 import platform
 import random
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -137,9 +140,31 @@ def atomic_write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Seq
     atomic_write_text(path, buf.getvalue())
 
 
+@contextmanager
+def interrupt_after() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block ends, then deliver it to the handler that was in place.
+
+    For writes by other libraries' code: an interrupt inside ``torch.save``'s zip writer comes out as a
+    ``RuntimeError`` ("unexpected pos"), i.e. exit 1 with a traceback instead of 130, and loses the checkpoint
+    being written. Only the main thread can hold signals; elsewhere the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
 def atomic_write_bytes(path: Path, writer: Any) -> None:
     """Atomically write a file produced by ``writer(file_path)`` (e.g. torch.save, savefig), fsynced before the
-    rename so that a crash of the machine cannot leave an empty file under the final name.
+    rename so that a crash of the machine cannot leave an empty file under the final name. A Ctrl-C during the
+    write takes effect once the file is in place (:func:`interrupt_after`).
 
     Raises:
         OSError: as :func:`atomic_write_text`.
@@ -149,13 +174,14 @@ def atomic_write_bytes(path: Path, writer: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
     try:
-        writer(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        with interrupt_after():
+            writer(tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):

@@ -495,3 +495,28 @@ def test_writer_exited_only_when_the_lock_names_a_dead_process_on_this_host(tmp_
     for text in ["", "{oops", "[1, 2]"]:
         folder.lock_file.write_text(text)
         assert not folder.writer_exited(), text
+
+
+def test_ctrl_c_during_a_checkpoint_write_lands_after_the_file(tmp_path: Path) -> None:
+    """Ctrl-C inside torch.save (the fresh-clone check once hit it right after the step-0 evaluation) must not
+    turn into torch's 'unexpected pos' RuntimeError (exit 1, a traceback) or cost the checkpoint: the write
+    finishes, then the interrupt is raised as the handler in place says."""
+    import signal
+
+    from suPER.runs import atomic_write_bytes
+
+    state = {"w": torch.arange(200_000, dtype=torch.float32)}
+
+    def interrupted_save(p: str) -> None:
+        with open(p, "wb") as f:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives while torch.save's zip writer is open
+            torch.save(state, f)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write_bytes(tmp_path / "latest.pt", interrupted_save)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert torch.equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], state["w"])
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]  # no temp file left
