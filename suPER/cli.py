@@ -957,7 +957,7 @@ def reproduce(
     Prints the runs, env steps and estimated wall time first; running it again skips finished runs and
     resumes unfinished ones.
     """
-    from suPER import campaigns
+    from suPER import campaigns, runs
     from suPER import reproduce as R
 
     if cpus_per_trial <= 0:
@@ -967,6 +967,10 @@ def reproduce(
         asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])
         raise UserError(f"--filter: no run of {figure} matches {asked!r}")
     out = out or R.default_out(grid, fraction, layer)
+    if out.exists() and not out.is_dir():  # refused before the plan is printed, as it would be before any run
+        raise UserError(f"--out: expected a folder, got the file {out}")
+    if not dry_run and not address:
+        runs.writable_folder(out)
     where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
         "on this machine"
     est = R.estimate(runs_, out, R.local_parallel(cpus_per_trial))

@@ -125,6 +125,9 @@ CAMPAIGN_CASES = [
       "name=*-ddqn", "--out", "{file}"], "--out: expected a folder, got the file"),
     # a selection that matches nothing is a typo, not a finished figure
     (["reproduce", "fig1", "--filter", "nothing-is-called-this", "--out", "{tmp}/r"], "--filter: no run of fig1"),
+    (["reproduce", "fig1", "--layer", "experiments/smoke.yaml", "--env", "pursuit", "--seeds", "1", "--filter",
+      "name=*-ddqn", "--out", "{file}/x"], "--out: cannot create folder"),
+    (["reproduce", "fig1", "--env", "pursuit", "--dry-run", "--out", "{file}"], "--out: expected a folder, got the file"),
     (["reproduce", "fig1", "--env", "battle", "--filter", "env=pursuit", "--dry-run"], "--filter: no run of fig1"),
     # the flag as typed, not the config key it sets
     (["opponents", "eval", "--env", "battle", "--opponent-epsilon", "2"], "--opponent-epsilon: expected"),
@@ -142,8 +145,11 @@ def test_bad_campaign_input_is_one_line_exit_2_before_ray_starts(tmp_path: Path,
     argv = [a.format(file=tmp_path / "afile", tmp=tmp_path) for a in args]
     argv = [str(root / a) if a.startswith("experiments/") else a for a in argv]
     before = snapshot(tmp_path)
-    assert_refused(run_cli(argv, capsys), 2, needle)
+    outcome = run_cli(argv, capsys)
+    assert_refused(outcome, 2, needle)
     assert_unchanged(before, tmp_path, allow_new=False)
+    if "--out" in needle:  # refused before a plan of runs that will not start is printed
+        assert outcome.stdout == "", outcome.stdout
 
 
 def test_good_paper_booleans_are_accepted() -> None:
