@@ -967,10 +967,8 @@ def reproduce(
         asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])
         raise UserError(f"--filter: no run of {figure} matches {asked!r}")
     out = out or R.default_out(grid, fraction, layer)
-    if out.exists() and not out.is_dir():  # refused before the plan is printed, as it would be before any run
-        raise UserError(f"--out: expected a folder, got the file {out}")
-    if not dry_run and not address:
-        runs.writable_folder(out)
+    if not address:  # refused before the plan is printed (on a cluster, --out is the cluster's path)
+        runs.writable_folder(out, create=not dry_run)
     where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
         "on this machine"
     est = R.estimate(runs_, out, R.local_parallel(cpus_per_trial))

@@ -465,8 +465,10 @@ def _read_holder(fd: int) -> str:
         return "holder unknown"
 
 
-def writable_folder(path: Path, flag: str = "--out") -> Path:
+def writable_folder(path: Path, flag: str = "--out", create: bool = True) -> Path:
     """Create ``path`` (with its parents) and check this process can write there, before anything starts.
+
+    With ``create=False`` (a dry run: nothing may be written) only a file in the way is refused.
 
     Raises:
         RunFolderError: it cannot be created (a file in the way, no permission) or is not writable; the line
@@ -474,6 +476,8 @@ def writable_folder(path: Path, flag: str = "--out") -> Path:
     """
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"{flag}: expected a folder, got the file {path}")
+    if not create:
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
