@@ -481,8 +481,8 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     fig.suptitle("across " + ", ".join(agg["envs"]))
     fig.tight_layout()
     png, svg = Path(out_dir) / f"{stem}.png", Path(out_dir) / f"{stem}.svg"
-    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png"))
-    atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg"))
+    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
+    atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
     plt.close(fig)
     return png, svg
 
