@@ -97,7 +97,8 @@ class Episodes:
     length_K: np.ndarray
     """int [K] episode lengths in env steps"""
     team_alive_K: np.ndarray
-    """int [K] learners alive at the end"""
+    """int [K] learners alive at the end (the env's 'team_alive' where it reports one: MAgent's engine count,
+    which survives the end of a game by elimination; else the alive mask's count)"""
     opponent_alive_K: np.ndarray
     """int [K] opponents alive at the end (0 without opponents)"""
 
@@ -151,7 +152,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
                 ep.opponent_return_K[j] += res.info.get("opponent_reward", 0.0)
                 ep.length_K[j] += 1
                 if res.episode_over:
-                    ep.team_alive_K[j] = int(res.alive_N.sum())
+                    ep.team_alive_K[j] = int(res.info.get("team_alive", res.alive_N.sum()))
                     ep.opponent_alive_K[j] = int(res.info.get("opponent_alive", 0))
                     break
                 obs_NO, alive_N = res.obs_NO, res.alive_N
@@ -186,7 +187,8 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
             ended_W = playing_W & over_W
             if ended_W.any():
                 ended = np.flatnonzero(ended_W)
-                ep.team_alive_K[start + ended] = alive_next_EN[ended].sum(axis=1)
+                team_alive_E = info["team_alive_E"] if "team_alive_E" in info else alive_next_EN.sum(axis=1)
+                ep.team_alive_K[start + ended] = _numpy(team_alive_E)[ended]
                 if "opponent_alive_E" in info:
                     ep.opponent_alive_K[start + ended] = _numpy(info["opponent_alive_E"])[ended]
             playing_W &= ~over_W

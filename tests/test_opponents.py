@@ -17,7 +17,8 @@ from safetensors.torch import save_file
 from suPER import config as C
 from suPER import opponents as O
 from suPER.cli import main
-from suPER.envs import make_env, opponent_env_names
+from suPER.envs import make_batch, make_env, opponent_env_names
+from suPER.evaluation import episode_seeds, play_episodes
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
 
@@ -233,3 +234,22 @@ def test_shipped_opponents_beat_random(name: str) -> None:
         random_env.close()
     assert res.opponent_return_K.mean() > ref.opponent_return_K.mean()
     assert (res.outcome_K < 0).mean() >= 0.75  # the random team loses at least 3 of the 4 episodes
+
+
+def test_battle_won_by_elimination_counts_the_survivors() -> None:
+    """When one battle team is wiped out the engine ends the game and magent2 terminates every agent, the
+    survivors too; the match must still count the survivors (from the engine), so the side left standing wins
+    instead of a 0-vs-0 tie. A random blue team against the shipped red one is wiped out in some episodes."""
+    cfg = env_cfg("battle", opponent="pretrained")
+    env = make_batch(cfg, 12, seed=7)
+    try:
+        res = O.play(env, O.team_policy("random", env, 7), 12, seed=7)
+        ep = play_episodes(env, O.team_policy("random", env, 7), episode_seeds(7, 0, 12))
+    finally:
+        env.close()
+    early = ep.length_K < cfg.horizon  # ended by the engine: a team eliminated
+    assert early.any() and (~early).any(), ep.length_K
+    assert np.all((ep.team_alive_K[early] == 0) != (ep.opponent_alive_K[early] == 0))  # one side left standing
+    assert np.all(ep.team_alive_K + ep.opponent_alive_K > 0)
+    assert np.array_equal(res.outcome_K, np.sign(ep.team_alive_K - ep.opponent_alive_K))
+    assert np.all(res.outcome_K[early] != 0)

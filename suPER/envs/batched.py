@@ -104,7 +104,9 @@ class LockstepBatch:
 
         Returns:
             BatchStepResult of numpy arrays (obs_ENO a view of an internal buffer); info has
-            'all_agent_reward_E', 'opponent_reward_E' and 'opponent_alive_E' (0 without opponents).
+            'all_agent_reward_E', 'opponent_reward_E', 'team_alive_E' (learners still in the game: the env's
+            'team_alive' where it reports one, else ``alive_EN``'s count) and 'opponent_alive_E' (0 without
+            opponents).
         """
         e, n = self.num_games, self.spec.n_agents
         acts_EN = np.asarray(actions_EN.cpu() if hasattr(actions_EN, "cpu") else actions_EN).reshape(e, n)
@@ -123,7 +125,7 @@ class LockstepBatch:
         terminated_EN = np.zeros((e, n), dtype=bool)
         truncated_EN = np.zeros((e, n), dtype=bool)
         all_agent_E, opp_reward_E = np.zeros(e), np.zeros(e)
-        opp_alive_E = np.zeros(e, dtype=np.int64)
+        team_alive_E, opp_alive_E = np.zeros(e, dtype=np.int64), np.zeros(e, dtype=np.int64)
         for i, g in enumerate(live.tolist()):
             env = self.games[g]
             if opp_LM is not None:
@@ -133,6 +135,7 @@ class LockstepBatch:
             reward_EN[g], terminated_EN[g], truncated_EN[g] = res.reward_N, res.terminated_N, res.truncated_N
             all_agent_E[g] = res.info.get("all_agent_reward", float(res.reward_N.sum()))
             opp_reward_E[g] = res.info.get("opponent_reward", 0.0)
+            team_alive_E[g] = res.info.get("team_alive", int(res.alive_N.sum()))
             opp_alive_E[g] = res.info.get("opponent_alive", 0)
             self._obs_ENO[g], self._alive_EN[g] = res.obs_NO, res.alive_N  # the last obs, also when it ends
             self._over_E[g] = res.episode_over
@@ -140,7 +143,7 @@ class LockstepBatch:
             obs_ENO=self._obs_ENO, reward_EN=reward_EN, terminated_EN=terminated_EN, truncated_EN=truncated_EN,
             alive_EN=self._alive_EN.copy(), episode_over_E=self._over_E.copy(),
             info={"all_agent_reward_E": all_agent_E, "opponent_reward_E": opp_reward_E,
-                  "opponent_alive_E": opp_alive_E})
+                  "team_alive_E": team_alive_E, "opponent_alive_E": opp_alive_E})
 
     def close(self) -> None:
         """Close every game."""

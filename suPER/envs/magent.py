@@ -218,8 +218,9 @@ class MAgentEnv:
 
         Returns:
             StepResult over the N learners; info has 'all_agent_reward' (every agent, opponents
-            included, as RLlib logged it), 'opponent_reward' (sum over opponents) and 'opponent_alive'
-            (opponents not dead after this step).
+            included, as RLlib logged it), 'opponent_reward' (sum over opponents), and 'team_alive' and
+            'opponent_alive': learners and opponents still in the game after this step, as the engine counts
+            them (``_survivors``; not ``alive_N``, which is False for everyone once the engine ends the game).
         """
         if self._over:
             raise RuntimeError(f"{type(self).__name__}.step: the episode is over (or never started); call reset()")
@@ -260,6 +261,8 @@ class MAgentEnv:
         self._alive_N &= ~terminated_N
         self._opp_alive_M &= ~np.array(opp_terminated, dtype=bool)
         self._over = bool(cut_all or not env.agents or not self._alive_N.any())
+        team_alive, opponent_alive = self._survivors() if self._over else (int(self._alive_N.sum()),
+                                                                          int(self._opp_alive_M.sum()))
         return StepResult(
             obs_NO=self._obs_NO.copy(),
             reward_N=reward_N,
@@ -270,9 +273,22 @@ class MAgentEnv:
             info={
                 "all_agent_reward": float(all_reward),
                 "opponent_reward": float(opponent_reward),
-                "opponent_alive": int(self._opp_alive_M.sum()),
+                "team_alive": team_alive,
+                "opponent_alive": opponent_alive,
             },
         )
+
+    def _survivors(self) -> tuple[int, int]:
+        """(learners, opponents) the MAgent engine still holds after this step: dead agents are cleared from
+        it every step, so its remaining agent ids are the survivors.
+
+        Not the termination flags: when the engine ends the game early (battle: a team wiped out), magent2
+        terminates every agent, survivors included (``magent_parallel_env._compute_terminates``), so
+        ``alive_N`` and the opponents' flags are all False and a win by elimination would read 0 vs 0.
+        """
+        names = self._env.possible_agents
+        alive = {names[i] for h in self._env.handles for i in self._env.env.get_agent_id(h)}
+        return (sum(a in alive for a in self.spec.learner_ids), sum(a in alive for a in self.spec.opponent_ids))
 
     def close(self) -> None:
         """Release the env (and its renderer, if any)."""
