@@ -189,7 +189,9 @@ def train(
     opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent team: pretrained "
                                                       "(default) | random | learning (self-play) | PATH (.safetensors team or .mixture.json)")] = None,
     opponent_epsilon: Annotated[float | None, typer.Option("--opponent-epsilon", help="epsilon-greedy exploration "
-                                                           "of a network opponent (default 0: greedy)")] = None,
+                                                           "of a network opponent in training (default 0: greedy)")] = None,
+    eval_opponent_epsilon: Annotated[float | None, typer.Option("--eval-opponent-epsilon", help="the same in "
+                                     "evaluation (default 0: greedy, as the paper; 0.05 varies battle's games)")] = None,
     allow_pickle: Annotated[bool, typer.Option("--allow-pickle", help="accept an opponent PATH in the original's "
                                                "pickle format (unpickling runs code from the file)")] = False,
     model: Annotated[str | None, typer.Option(help="conv (paper) | mlp")] = None,
@@ -230,7 +232,8 @@ def train(
              "eval_parallel": eval_parallel,
              "super_mode": super_mode, "bandwidth": bandwidth, "window": window, "team": team,
              "insertion_priority": insertion_priority, "opponent": opponent, "model": model,
-             "opponent_epsilon": opponent_epsilon, "allow_pickle": allow_pickle or None, "quick": quick,
+             "opponent_epsilon": opponent_epsilon, "eval_opponent_epsilon": eval_opponent_epsilon,
+             "allow_pickle": allow_pickle or None, "quick": quick,
              "legacy": legacy}
 
     def label(name: str) -> str:

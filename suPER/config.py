@@ -72,7 +72,11 @@ class EnvConfig:
     """opponent team of battle/adversarial_pursuit: pretrained (experiments/opponents/<env>.safetensors, the
     env YAML default), random, learning (self-play: both teams learn) or a PATH to a team file"""
     opponent_epsilon: float = 0.0
-    """epsilon-greedy exploration of a network opponent (0 = greedy; the original's opponents explored)"""
+    """epsilon-greedy exploration of a network opponent in training games (0 = greedy; the original's opponents
+    explored)"""
+    eval_opponent_epsilon: float = 0.0
+    """the same in evaluation games (0 = greedy, as the original evaluated). Greedy teams on battle's fixed map
+    replay one game per evaluation; a small value (0.05) makes its episodes differ (docs/results.md, Figure 1)"""
     opponent_allow_pickle: bool = False
     """accept an opponent file in the original's pickle format (unpickling runs code from the file)"""
     pad_like_original: bool = True
@@ -535,6 +539,7 @@ FLAG_KEYS: dict[str, str] = {
     "super": "relay.enabled", "super_mode": "relay.mode", "bandwidth": "relay.bandwidth", "window": "relay.window",
     "team": "relay.team", "insertion_priority": "relay.insertion_priority",
     "opponent": "env.opponent", "opponent_epsilon": "env.opponent_epsilon",
+    "eval_opponent_epsilon": "env.eval_opponent_epsilon",
     "allow_pickle": "env.opponent_allow_pickle",
 }
 """``super-marl train`` named flags (option name with ``_``) -> the dotted config key each one sets.
@@ -686,6 +691,7 @@ SEED_LIMIT = 2**32 - 2**24
 
 RANGES: dict[str, str] = {
     "env.horizon": INT1, "env.seed_offset": INT0, "env.eval_seed_offset": INT0, "env.opponent_epsilon": UNIT,
+    "env.eval_opponent_epsilon": UNIT,
     "relay.bandwidth": UNIT, "relay.window": INT1,
     **{f"{name}.{key}": r for name, cls in algo_sections().items() for key, r in getattr(cls, "ranges", {}).items()},
     "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,

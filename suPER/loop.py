@@ -53,7 +53,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +182,11 @@ def env_seeds(cfg: ExperimentConfig) -> tuple[int, int]:
 def make_eval_env(cfg: ExperimentConfig, eval_seed: int) -> MultiAgentEnv | BatchedMultiAgentEnv:
     """A run's evaluation env, for both backends: a batch of ``min(run.eval_batch, run.eval_episodes)``
     games (``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
-    when ``run.eval_batch`` is 0. Opponents (if any) are seeded from ``eval_seed``; episodes by their own seeds."""
+    when ``run.eval_batch`` is 0. Opponents (if any) are seeded from ``eval_seed`` and explore with
+    ``env.eval_opponent_epsilon`` (training games use ``env.opponent_epsilon``); episodes by their own seeds."""
     games = min(cfg.run.eval_batch, cfg.run.eval_episodes)
-    return make_eval_batch(cfg.env, games, seed=eval_seed) if games > 0 else make_env(cfg.env, seed=eval_seed)
+    env_cfg = replace(cfg.env, opponent_epsilon=cfg.env.eval_opponent_epsilon)
+    return make_eval_batch(env_cfg, games, seed=eval_seed) if games > 0 else make_env(env_cfg, seed=eval_seed)
 
 
 def start_run(run: RunConfig) -> torch.device:

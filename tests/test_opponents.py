@@ -256,3 +256,25 @@ def test_battle_won_by_elimination_counts_the_survivors() -> None:
         if res is not None:  # the match's outcomes are these counts' (the same seeded games)
             assert np.array_equal(res.outcome_K, np.sign(ep.team_alive_K - ep.opponent_alive_K))
             assert np.all(res.outcome_K[early] != 0)
+
+
+def test_eval_opponent_epsilon_explores_in_evaluation_games_only() -> None:
+    """``env.eval_opponent_epsilon`` (``--eval-opponent-epsilon``): the evaluation env's network opponent
+    explores with it while training games keep ``env.opponent_epsilon`` (the original: exploring in training,
+    greedy in evaluation, i.e. ``--opponent-epsilon 0.1``); a greedy team then plays differing battle games."""
+    from suPER.loop import make_eval_env
+
+    cfg = C.resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 0.05, "env.opponent_epsilon": 0.1,
+                                                 "env.horizon": 100, "run.eval_episodes": 4})
+    eval_env, train_env = make_eval_env(cfg, eval_seed=11), make_env(cfg.env, seed=11)
+    try:
+        assert [g.opponent.epsilon for g in eval_env.games] == [0.05] * 4  # type: ignore[attr-defined]
+        assert train_env.opponent.epsilon == 0.1  # type: ignore[attr-defined]
+        greedy_blue = O.team_policy(str(O.OPPONENTS_DIR / "battle.safetensors"), eval_env, 11)
+        ep = play_episodes(eval_env, greedy_blue, episode_seeds(11, 0, 4))
+    finally:
+        eval_env.close()
+        train_env.close()
+    assert len(set(np.round(ep.agent_return_KN.sum(axis=1), 6))) > 1
+    with pytest.raises(C.ConfigError, match=r"env.eval_opponent_epsilon: expected a number in \[0, 1\]"):
+        C.resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 1.5})
