@@ -11,4 +11,7 @@ for run in battle__ddqn__s2 battle__ddqn__s3 battle__ddqn_ps__s1 battle__ddqn_ps
            battle__ddqn_super_gaussian__s3__shareall battle__ddqn_super_quantile__s2 battle__ddqn_super_quantile__s3; do
   super-marl opponents eval --env battle --team "$runs/$run/checkpoints/final.pt" --episodes 100 \
     --opponent-epsilon 0.05 --seed 1000 > "results/fig1_battle_final/$run.txt"
+  # against the greedy red team (the campaign's training and evaluation opponent): 20 episodes, ~10 s a run
+  super-marl opponents eval --env battle --team "$runs/$run/checkpoints/final.pt" --episodes 20 \
+    --seed 1000 > "results/fig1_battle_final/greedy/$run.txt"
 done
