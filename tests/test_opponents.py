@@ -19,6 +19,7 @@ from suPER import opponents as O
 from suPER.cli import main
 from suPER.envs import make_batch, make_env, opponent_env_names
 from suPER.evaluation import episode_seeds, play_episodes
+from suPER.loop import make_eval_env
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
 
@@ -238,32 +239,26 @@ def test_shipped_opponents_beat_random(name: str) -> None:
 
 def test_battle_won_by_elimination_counts_the_survivors() -> None:
     """When one battle team is wiped out the engine ends the game and magent2 terminates every agent, the
-    survivors too; matches must still count the survivors (from the engine), so the side left standing wins
-    instead of a 0-vs-0 tie. A random blue team against the shipped red one is wiped out in some episodes;
-    checked on a batch of games and on one env playing them one at a time (the random team's draws differ
-    between the two, so each is checked on its own games)."""
+    survivors too; episodes must still count the survivors (from the engine), so under battle's outcome rule
+    (``opponents.outcomes``, as ``opponents.play`` applies it) the side left standing wins instead of a 0-vs-0 tie. A random blue
+    team against the shipped red one is wiped out in some episodes; checked on a batch of games and on one env
+    playing them one at a time (the random team's draws differ between the two: each on its own games)."""
     cfg = env_cfg("battle", opponent="pretrained")
     for env in (make_batch(cfg, 12, seed=7), make_env(cfg, seed=7)):
         try:
             ep = play_episodes(env, O.team_policy("random", env, 7), episode_seeds(7, 0, 12))
-            res = O.play(env, O.team_policy("random", env, 7), 12, seed=7) if hasattr(env, "num_games") else None
         finally:
             env.close()
         early = ep.length_K < cfg.horizon  # ended by the engine: a team eliminated
         assert early.any() and (~early).any(), ep.length_K
         assert np.all((ep.team_alive_K[early] == 0) != (ep.opponent_alive_K[early] == 0))  # one side standing
-        assert np.all(ep.team_alive_K + ep.opponent_alive_K > 0)
-        if res is not None:  # the match's outcomes are these counts' (the same seeded games)
-            assert np.array_equal(res.outcome_K, np.sign(ep.team_alive_K - ep.opponent_alive_K))
-            assert np.all(res.outcome_K[early] != 0)
+        assert np.all(O.outcomes("battle", ep)[early] != 0)
 
 
 def test_eval_opponent_epsilon_explores_in_evaluation_games_only() -> None:
     """``env.eval_opponent_epsilon`` (``--eval-opponent-epsilon``): the evaluation env's network opponent
     explores with it while training games keep ``env.opponent_epsilon`` (the original: exploring in training,
     greedy in evaluation, i.e. ``--opponent-epsilon 0.1``); a greedy team then plays differing battle games."""
-    from suPER.loop import make_eval_env
-
     cfg = C.resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 0.05, "env.opponent_epsilon": 0.1,
                                                  "env.horizon": 100, "run.eval_episodes": 4})
     eval_env, train_env = make_eval_env(cfg, eval_seed=11), make_env(cfg.env, seed=11)

@@ -14,7 +14,7 @@ import numpy as np
 
 from suPER.envs import MultiAgentEnv, env_record, opponent_env_names
 from suPER.envs.batched import LockstepBatch
-from suPER.evaluation import BatchActFn, episode_seeds, play_episodes
+from suPER.evaluation import BatchActFn, Episodes, episode_seeds, play_episodes
 from suPER.stats import bootstrap_ci
 
 MATCH_BATCH = 20
@@ -63,13 +63,17 @@ def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, see
         seed: the match seed.
     """
     ep = play_episodes(env, act, episode_seeds(seed, 0, episodes))
-    rule = env_record(env.spec.name).outcome
+    return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, outcomes(env.spec.name, ep), ep.length_K)
+
+
+def outcomes(env_name: str, ep: Episodes) -> np.ndarray:
+    """int [K] each episode's outcome for the team under the env's rule (``record.outcome``): +1 / 0 / -1."""
+    rule = env_record(env_name).outcome
     if rule is None:
         raise ValueError(f"env.name: a match needs an env with an opponent team ({', '.join(opponent_env_names())}), "
-                         f"got {env.spec.name!r}")
-    out_K = np.array([rule(int(a), int(o), float(r)) for a, o, r in
-                      zip(ep.team_alive_K, ep.opponent_alive_K, ep.opponent_return_K)], dtype=np.int64)
-    return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, out_K, ep.length_K)
+                         f"got {env_name!r}")
+    return np.array([rule(int(a), int(o), float(r)) for a, o, r in
+                     zip(ep.team_alive_K, ep.opponent_alive_K, ep.opponent_return_K)], dtype=np.int64)
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
