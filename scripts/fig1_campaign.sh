@@ -11,7 +11,7 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --collect   # finished runs' records -> results/fig1 (then commit)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused if it is at
-# another commit), its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
+# another commit) with this checkout's experiments/fig1.yaml copied in, its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
 # its run folder (status "finished" in their manifests, so `grid run` skips them instead of training them again;
 # a new machine has lost the run folders), then `grid run` detached in its own session at the lowest scheduler
 # share (setsid gives it its own autogroup, where plain nice does not yield; so the autogroup is niced too).
@@ -44,6 +44,9 @@ at=$(git -C "$wt" rev-parse --short=7 HEAD)
 [ "$at" = "$COMMIT" ] || { echo "fig1_campaign.sh: --worktree $wt is at $at, the campaign runs at $COMMIT" >&2; exit 2; }
 [ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
 mkdir -p "$wt/runs/fig1"
+# the grid file is this checkout's: its `only:` grew after the pinned commit (battle and adversarial pursuit's
+# SUPER gaussian and stochastic); the code that trains stays the pinned commit's
+cp "$repo/experiments/fig1.yaml" "$wt/experiments/fig1.yaml"
 for rec in "$repo"/results/fig1/*/; do
   [ -e "$wt/runs/fig1/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/fig1/"
 done
