@@ -3,7 +3,8 @@
 Every number starts from each run's *final score*: the mean of its last 10% of evaluations
 (``plotting.final_scores``). On top of the per-env final-performance table (``plotting.final_performance``):
 
-* **claim table** (per env): SUPER-quantile against no sharing, share-all and parameter sharing, each as
+* **claim table** (per env): each SUPER selection rule with runs (quantile first, then the other registered
+  rules: ``SUPER-gaussian``, ...) against no sharing, share-all and parameter sharing, each as
   ``IQM(SUPER) - IQM(baseline)`` with a 95% stratified percentile-bootstrap CI (the two configurations'
   runs are resampled separately) and the probability of improvement
   ``P(X > Y) = mean_{i,j} [x_i > y_j] + 0.5 [x_i = y_j]`` (X a SUPER run, Y a baseline run) with its CI.
@@ -52,12 +53,13 @@ from suPER.plotting import RunCurve, iqm
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci
 
-CLAIMS = (
-    ("SUPER-quantile - no sharing", "{algo}_super_quantile", "{algo}"),
-    ("SUPER-quantile - share-all", "{algo}_super_quantile", "{algo}_super_* [[]shareall]"),
-    ("SUPER-quantile - parameter sharing", "{algo}_super_quantile", "{algo}_ps"),
+BASELINES = (
+    ("no sharing", "{algo}"),
+    ("share-all", "{algo}_super_* [[]shareall]"),
+    ("parameter sharing", "{algo}_ps"),
 )
-"""(claim, SUPER configuration, baseline configuration glob: ``[[]`` is a literal ``[``); ``{algo}`` is ddqn or dqn."""
+"""(name, configuration glob: ``[[]`` is a literal ``[``) of each baseline SUPER is claimed to beat; ``{algo}`` is
+ddqn or dqn."""
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this budget"
 
@@ -125,9 +127,24 @@ def scores_by_configuration(curves: Sequence[RunCurve], last_fraction: float = 0
     return out
 
 
-def algos_with_super(labels: Sequence[str]) -> list[str]:
-    """Algorithms (ddqn, dqn) that have a SUPER-quantile configuration among ``labels``."""
-    return sorted({lab.removesuffix("_super_quantile") for lab in labels if lab.endswith("_super_quantile")})
+def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(claim, SUPER configuration, baseline configuration) for every pair among ``labels`` that the paper's claim
+    covers: each ``<algo>_super_<rule>`` (b = 0.1 as run; a tagged label such as share-all's ``[shareall]`` is not
+    one), rules in ``SELECTION_RULES`` order (quantile first), against each of ``BASELINES`` present (the first
+    label its glob matches). Claim names read ``SUPER-<rule> - <baseline>``."""
+    from suPER.core.selection import mode_names
+
+    out = []
+    for algo in sorted({lab.split("_super_")[0] for lab in labels if "_super_" in lab and "[" not in lab}):
+        for rule in mode_names():
+            sup = f"{algo}_super_{rule}"
+            if sup not in labels:
+                continue
+            for name, glob in BASELINES:
+                bases = [lab for lab in labels if fnmatch.fnmatchcase(lab, glob.format(algo=algo))]
+                if bases:
+                    out.append((f"SUPER-{rule} - {name}", sup, bases[0]))
+    return out
 
 
 CLAIM_COLUMNS = ("env", "claim", "super", "baseline", "super_runs", "baseline_runs", "iqm_difference",
@@ -138,22 +155,17 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
     """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``)."""
     rows: list[dict[str, Any]] = []
     for env, by_cfg in scores.items():
-        for algo in algos_with_super(list(by_cfg)):
-            for claim, sup, base in CLAIMS:
-                sup, base = sup.format(algo=algo), base.format(algo=algo)
-                base_labels = [lab for lab in by_cfg if fnmatch.fnmatchcase(lab, base)]
-                if sup not in by_cfg or not base_labels:
-                    continue
-                x, y = by_cfg[sup], by_cfg[base_labels[0]]
-                lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
-                plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
-                p = welch_p(x, y)
-                rows.append({"env": env, "claim": claim, "super": sup, "baseline": base_labels[0],
-                             "super_runs": len(x), "baseline_runs": len(y),
-                             "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
-                             "probability_of_improvement": float(probability_of_improvement(x, y)),
-                             "poi_ci_low": float(plo), "poi_ci_high": float(phi), "welch_p": p,
-                             "verdict": verdict(float(lo), float(hi), p)})
+        for claim, sup, base in claims(list(by_cfg)):
+            x, y = by_cfg[sup], by_cfg[base]
+            lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
+            plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
+            p = welch_p(x, y)
+            rows.append({"env": env, "claim": claim, "super": sup, "baseline": base,
+                         "super_runs": len(x), "baseline_runs": len(y),
+                         "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
+                         "probability_of_improvement": float(probability_of_improvement(x, y)),
+                         "poi_ci_low": float(plo), "poi_ci_high": float(phi), "welch_p": p,
+                         "verdict": verdict(float(lo), float(hi), p)})
     return rows
 
 
@@ -313,21 +325,14 @@ def aggregate_metrics(norm: dict[str, dict[str, np.ndarray]], n_resamples: int =
 
         plo, phi = bootstrap_ci(strata, profile, n_resamples=n_resamples)
         res["profiles"][cfg] = (profile(*strata, axis=0), plo, phi)
-    for algo in algos_with_super(cfgs):
-        for _, sup, base in CLAIMS:
-            sup, base = sup.format(algo=algo), base.format(algo=algo)
-            bases = [c for c in cfgs if fnmatch.fnmatchcase(c, base)]
-            if sup not in cfgs or not bases:
-                continue
-            strata = tuple(a for e in envs for a in (norm[e][sup], norm[e][bases[0]]))
+    def mean_poi(*s: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean([probability_of_improvement(s[i], s[i + 1], axis=axis) for i in range(0, len(s), 2)], axis=0)
 
-            def mean_poi(*s: np.ndarray, axis: int = -1) -> np.ndarray:
-                return np.mean([probability_of_improvement(s[i], s[i + 1], axis=axis) for i in range(0, len(s), 2)],
-                               axis=0)
-
-            lo, hi = bootstrap_ci(strata, mean_poi, n_resamples=n_resamples)
-            res["poi"].append({"super": sup, "baseline": bases[0], "value": float(mean_poi(*strata)),
-                               "low": float(lo), "high": float(hi), "envs": len(envs)})
+    for _, sup, base in claims(cfgs):
+        strata = tuple(a for e in envs for a in (norm[e][sup], norm[e][base]))
+        lo, hi = bootstrap_ci(strata, mean_poi, n_resamples=n_resamples)
+        res["poi"].append({"super": sup, "baseline": base, "value": float(mean_poi(*strata)),
+                           "low": float(lo), "high": float(hi), "envs": len(envs)})
     return res
 
 
@@ -411,7 +416,7 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
                      f"{_fmt(r['probability_of_improvement'])} | [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
                      f"{_fmt_p(r['welch_p'])} | {r['verdict']} |")
     if not rows:
-        lines.append("| - | no SUPER-quantile configuration with a baseline in these runs | | | | | | | |")
+        lines.append("| - | no SUPER configuration with a baseline in these runs | | | | | | | |")
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 

@@ -87,6 +87,27 @@ def test_probability_of_improvement_counts_pairs_and_ties() -> None:
     assert float(A.probability_of_improvement(np.array([3.0]), y)) == 1.0
 
 
+def test_every_selection_rule_with_runs_is_claimed_against_every_baseline_quantile_first() -> None:
+    """SUPER gaussian and stochastic runs get the claims SUPER quantile gets, rules in registry order; share-all
+    (a gaussian run tagged ``[shareall]``) is a baseline, never a SUPER configuration; another algorithm's runs
+    are claimed against its own baselines only."""
+    r = np.arange(3.0)
+    scores = {"pursuit": {"ddqn": r, "ddqn_super_stochastic": r + 30.0, "ddqn_super_gaussian": r + 20.0,
+                          "ddqn_super_quantile": r + 10.0, "ddqn_super_gaussian [shareall]": r + 5.0,
+                          "ddqn_ps": r - 5.0, "dqn": r + 1.0, "dqn_super_gaussian": r + 3.0}}
+    rows = A.claim_table(scores, n_resamples=200)
+    got = [(row["claim"], row["super"], row["baseline"]) for row in rows]
+    assert got == [
+        *[(f"SUPER-{rule} - {name}", f"ddqn_super_{rule}", base)
+          for rule in ("quantile", "gaussian", "stochastic")
+          for name, base in (("no sharing", "ddqn"), ("share-all", "ddqn_super_gaussian [shareall]"),
+                             ("parameter sharing", "ddqn_ps"))],
+        ("SUPER-gaussian - no sharing", "dqn_super_gaussian", "dqn")]
+    diff = {(row["claim"], row["super"]): row["iqm_difference"] for row in rows}
+    assert diff[("SUPER-stochastic - parameter sharing", "ddqn_super_stochastic")] == pytest.approx(35.0)
+    assert diff[("SUPER-gaussian - no sharing", "dqn_super_gaussian")] == pytest.approx(2.0)
+
+
 def test_single_runs_give_no_ci_and_an_inconclusive_verdict() -> None:
     (row,) = A.claim_table({"pursuit": {"ddqn": np.array([1.0]), "ddqn_super_quantile": np.array([9.0])}})
     assert row["iqm_difference"] == 8.0 and np.isnan(row["ci_low"]) and row["verdict"] == A.INCONCLUSIVE
@@ -171,7 +192,7 @@ def test_plot_analysis_and_marl_eval_export_round_trip(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     with (out / "claims.csv").open() as f:
         claims = {r["claim"]: r for r in csv.DictReader(f)}
-    assert set(claims) == {c for c, _, _ in A.CLAIMS}
+    assert set(claims) == {f"SUPER-quantile - {name}" for name, _ in A.BASELINES}
     assert all(r["verdict"] == A.HOLDS for r in claims.values())
     # final score = the last 10% = the last of 10 evaluations: SUPER 50 + seed, no sharing 0 + seed
     assert float(claims["SUPER-quantile - no sharing"]["iqm_difference"]) == pytest.approx(50.0, rel=1e-6)
