@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir()) if FIG1.is_dir() else []
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import RECORD_FILES  # noqa: E402
+from fig1_tables import markdown  # noqa: E402
 
 
 def test_there_are_committed_fig1_records() -> None:
@@ -45,6 +47,42 @@ def test_plot_redraws_the_figure_and_table_from_the_records(tmp_path: Path) -> N
     recorded_envs = {from_dict(json.loads((p / "config.json").read_text())).env.name for p in RUNS}
     assert {r["env"] for r in table} == recorded_envs
     assert sum(int(r["runs"]) for r in table) == len(RUNS)  # every record lands in exactly one table row
+
+
+def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
+    """Markdown table rows by key: a final-score row by its env cell, a claim row by (env, SUPER rule, baseline)."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith(("| env |", "|---")):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[tuple(cells[:3]) if len(cells) == 9 else (cells[0],)] = cells
+    return rows
+
+
+def _same_cell(doc: str, computed: str) -> bool:
+    """Equal text, numbers equal to the doc's last printed digit (the bootstrap's floats may differ by a last bit
+    from machine to machine, which may round the other way)."""
+    number = re.compile(r"[-+]?\d+\.\d+")
+    if number.sub("#", doc) != number.sub("#", computed):
+        return False
+    return all(abs(float(a) - float(b)) <= 1.01 * 10.0 ** -len(a.split(".")[1])
+               for a, b in zip(number.findall(doc), number.findall(computed)))
+
+
+def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
+    """docs/results.md's per-seed final scores and claim table are what ``scripts/fig1_tables.py`` computes from
+    the committed records: every row there, and no row of the doc's tables that the records do not give."""
+    from suPER import plotting
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    section = text[text.index("### Results", text.index("## Figure 1, reproduced")):]
+    section = section[:section.index("### Honest notes")]
+    computed = _rows(markdown(plotting.load_run_curves(plotting.find_run_folders([FIG1]))))
+    doc = {k: v for k, v in _rows(section).items() if k[0].split(" (")[0] in
+           ("pursuit", "battle", "adversarial pursuit") and (len(k) == 1 or k[1] in ("quantile", "gaussian", "stochastic"))}
+    assert sorted(doc) == sorted(computed)
+    for key, cells in computed.items():
+        assert len(doc[key]) == len(cells) and all(map(_same_cell, doc[key], cells)), (doc[key], cells)
 
 
 def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:

@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
+
+    python scripts/fig1_tables.py [results/fig1]
+
+Two markdown tables: each run's final score (the mean of its last 10% of evaluations) per env and configuration,
+seeds in order; and the claim table (``analysis.claim_table``: every SUPER rule with runs minus each baseline).
+``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from suPER import analysis, plotting
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ENVS = (("pursuit", "pursuit (200k)"), ("battle", "battle (100k)"),
+        ("adversarial_pursuit", "adversarial pursuit (100k)"))
+"""(env, its row name: the budget in env steps)"""
+
+CONFIGURATIONS = (("no sharing", "ddqn"), ("SUPER quantile", "ddqn_super_quantile"),
+                  ("SUPER gaussian", "ddqn_super_gaussian"), ("SUPER stochastic", "ddqn_super_stochastic"),
+                  ("share-all", "ddqn_super_gaussian [shareall]"), ("parameter sharing", "ddqn_ps"))
+"""(column name, configuration label) of the final-score table"""
+
+
+def final_scores(curves: list[plotting.RunCurve]) -> dict[str, dict[str, list[float]]]:
+    """env -> configuration label -> final scores of its finished runs, in seed order."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
+        group = sorted(group, key=lambda c: c.seed)
+        out.setdefault(env, {})[label] = [float(v) for v in plotting.final_scores(group)]
+    return out
+
+
+def claim_rows(curves: list[plotting.RunCurve]) -> list[dict[str, Any]]:
+    """``analysis.claim_table`` of the finished runs (2,000 bootstrap resamples, as ``plot --analysis``)."""
+    return analysis.claim_table(analysis.scores_by_configuration(curves))
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def markdown(curves: list[plotting.RunCurve]) -> str:
+    scores = final_scores(curves)
+    lines = ["| env | " + " | ".join(name for name, _ in CONFIGURATIONS) + " |",
+             "|---|" + "---:|" * len(CONFIGURATIONS)]
+    for env, row_name in ENVS:
+        cells = [", ".join(f"{v:+.1f}" for v in scores.get(env, {}).get(label, [])) for _, label in CONFIGURATIONS]
+        lines.append(f"| {row_name} | " + " | ".join(cells) + " |")
+    lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p | verdict |",
+              "|---|---|---|---|---:|---|---:|---:|---|"]
+    order = {env: i for i, (env, _) in enumerate(ENVS)}
+    for r in sorted(claim_rows(curves), key=lambda r: order.get(r["env"], len(order))):
+        lines.append(f"| {r['env'].replace('_', ' ')} | {r['super'].removeprefix('ddqn_super_')} | "
+                     f"{r['claim'].split(' - ', 1)[1]} | {r['super_runs']} vs {r['baseline_runs']} | "
+                     f"{r['iqm_difference']:+.1f} | [{r['ci_low']:.1f}, {r['ci_high']:.1f}] | "
+                     f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} | "
+                     f"{r['verdict'].removesuffix(' at this budget')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        print("usage: python scripts/fig1_tables.py [RECORDS]", file=sys.stderr)
+        return 2
+    records = Path(argv[0]) if argv else ROOT / "results" / "fig1"
+    if not records.is_dir():
+        print(f"RECORDS: expected a folder of run records, got {str(records)!r}", file=sys.stderr)
+        return 2
+    print(markdown(plotting.load_run_curves(plotting.find_run_folders([records]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
