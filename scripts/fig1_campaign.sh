@@ -11,7 +11,7 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --collect   # finished runs' records -> results/fig1 (then commit)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused if it is at
-# another commit) with this checkout's experiments/fig1.yaml copied in, its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
+# another commit) with this checkout's experiments/fig1.yaml beside its own as fig1.main.yaml, its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
 # its run folder (status "finished" in their manifests, so `grid run` skips them instead of training them again;
 # a new machine has lost the run folders), then `grid run` detached in its own session at the lowest scheduler
 # share (setsid gives it its own autogroup, where plain nice does not yield; so the autogroup is niced too).
@@ -29,14 +29,15 @@ if [ "${1:-}" = --worktree ]; then wt=$2; shift 2; fi
 py="$repo/.venv/bin/python"; [ -x "$py" ] || py="$wt/.venv/bin/python"
 case "${1:-}" in
   --status)
-    if pgrep -af "grid run experiments/fig1.yaml" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
-    RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt/experiments/fig1.yaml" --out "$wt/runs/fig1" \
+    if pgrep -af "grid run experiments/fig1" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
+    grid="$wt/experiments/fig1.main.yaml"; [ -f "$grid" ] || grid="$wt/experiments/fig1.yaml"
+    RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$grid" --out "$wt/runs/fig1" \
       | grep -vE $'\t(-|pending)\t' || true
     exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
   --collect)
     exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;
 esac
-if pgrep -f "grid run experiments/fig1.yaml" > /dev/null; then
+if pgrep -f "grid run experiments/fig1" > /dev/null; then
   echo "fig1_campaign.sh: a Figure 1 campaign is already running (pgrep -af 'grid run'); stop it first" >&2; exit 2
 fi
 [ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$COMMIT"
@@ -45,14 +46,17 @@ at=$(git -C "$wt" rev-parse --short=7 HEAD)
 [ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
 mkdir -p "$wt/runs/fig1"
 # the grid file is this checkout's: its `only:` grew after the pinned commit (battle and adversarial pursuit's
-# SUPER gaussian and stochastic); the code that trains stays the pinned commit's
-cp "$repo/experiments/fig1.yaml" "$wt/experiments/fig1.yaml"
+# SUPER gaussian and stochastic); the code that trains stays the pinned commit's. It goes in untracked beside the
+# pinned one, so the worktree stays clean and manifests name the pinned commit without '-dirty' (session 16 copied
+# it over the tracked file: its 6 gaussian runs say c083f22...-dirty; the checkout undoes that copy)
+git -C "$wt" checkout -- experiments/fig1.yaml
+cp "$repo/experiments/fig1.yaml" "$wt/experiments/fig1.main.yaml"
 for rec in "$repo"/results/fig1/*/; do
   [ -e "$wt/runs/fig1/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/fig1/"
 done
 cd "$wt"
 export RAY_AUTH_MODE=disabled WANDB_MODE=offline WANDB_SILENT=true
 setsid nohup bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
-  exec nice -n 19 .venv/bin/super-marl grid run experiments/fig1.yaml --cpus-per-trial 1 --no-wandb "$@"' \
+  exec nice -n 19 .venv/bin/super-marl grid run experiments/fig1.main.yaml --cpus-per-trial 1 --no-wandb "$@"' \
   fig1 "$@" >> campaign.log 2>&1 < /dev/null &
 echo "fig1_campaign.sh: started in $wt at $COMMIT (pid $!), log $wt/campaign.log"
