@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from suPER import analysis, plotting
 
@@ -28,26 +27,14 @@ CONFIGURATIONS = (("no sharing", "ddqn"), ("SUPER quantile", "ddqn_super_quantil
 """(column name, configuration label) of the final-score table"""
 
 
-def final_scores(curves: list[plotting.RunCurve]) -> dict[str, dict[str, list[float]]]:
-    """env -> configuration label -> final scores of its finished runs, in seed order."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
-        group = sorted(group, key=lambda c: c.seed)
-        out.setdefault(env, {})[label] = [float(v) for v in plotting.final_scores(group)]
-    return out
-
-
-def claim_rows(curves: list[plotting.RunCurve]) -> list[dict[str, Any]]:
-    """``analysis.claim_table`` of the finished runs (2,000 bootstrap resamples, as ``plot --analysis``)."""
-    return analysis.claim_table(analysis.scores_by_configuration(curves))
-
-
 def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def markdown(curves: list[plotting.RunCurve]) -> str:
-    scores = final_scores(curves)
+    """The final-score table (each run's score, seeds in order) and the claim table (``analysis.claim_table``, 2,000
+    bootstrap resamples as ``plot --analysis``), envs in ``ENVS`` order."""
+    scores = analysis.scores_by_configuration(curves)
     lines = ["| env | " + " | ".join(name for name, _ in CONFIGURATIONS) + " |",
              "|---|" + "---:|" * len(CONFIGURATIONS)]
     for env, row_name in ENVS:
@@ -56,7 +43,7 @@ def markdown(curves: list[plotting.RunCurve]) -> str:
     lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p | verdict |",
               "|---|---|---|---|---:|---|---:|---:|---|"]
     order = {env: i for i, (env, _) in enumerate(ENVS)}
-    for r in sorted(claim_rows(curves), key=lambda r: order.get(r["env"], len(order))):
+    for r in sorted(analysis.claim_table(scores), key=lambda r: order.get(r["env"], len(order))):
         lines.append(f"| {r['env'].replace('_', ' ')} | {r['super'].removeprefix('ddqn_super_')} | "
                      f"{r['claim'].split(' - ', 1)[1]} | {r['super_runs']} vs {r['baseline_runs']} | "
                      f"{r['iqm_difference']:+.1f} | [{r['ci_low']:.1f}, {r['ci_high']:.1f}] | "

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from suPER import plotting
+from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci
@@ -120,7 +121,8 @@ def verdict(low: float, high: float, p: float) -> str:
 
 
 def scores_by_configuration(curves: Sequence[RunCurve], last_fraction: float = 0.1) -> dict[str, dict[str, np.ndarray]]:
-    """env -> configuration -> final scores of its finished runs (float [R]; unfinished runs have no final score)."""
+    """env -> configuration -> final scores of its finished runs (float [R], in seed order; unfinished runs have no
+    final score)."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
         out.setdefault(env, {})[label] = plotting.final_scores(group, last_fraction)
@@ -132,8 +134,6 @@ def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     covers: each ``<algo>_super_<rule>`` (b = 0.1 as run; a tagged label such as share-all's ``[shareall]`` is not
     one), rules in ``SELECTION_RULES`` order (quantile first), against each of ``BASELINES`` present (the first
     label its glob matches). Claim names read ``SUPER-<rule> - <baseline>``."""
-    from suPER.core.selection import mode_names
-
     out = []
     for algo in sorted({lab.split("_super_")[0] for lab in labels if "_super_" in lab and "[" not in lab}):
         for rule in mode_names():

@@ -381,9 +381,9 @@ def iqm(x: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def groups(curves: Sequence[RunCurve]) -> dict[tuple[str, str], list[RunCurve]]:
-    """Curves by (env, configuration), sorted."""
+    """Curves by (env, configuration), sorted; each group's runs in seed order."""
     groups: dict[tuple[str, str], list[RunCurve]] = {}
-    for c in curves:
+    for c in sorted(curves, key=lambda c: c.seed):
         groups.setdefault((c.env, c.label), []).append(c)
     return dict(sorted(groups.items()))
 
