@@ -4,7 +4,7 @@
     python scripts/collect_records.py /work/fig1/runs/fig1 results/fig1
 
 For every run folder directly below SRC whose ``manifest.json`` says ``finished``, copies ``config.json``,
-``manifest.json`` and ``metrics.csv`` to ``DST/<run-folder>/`` (atomically, file by file), after checking
+``manifest.json``, ``metrics.csv`` (and ``final_games.json`` where there is one) to ``DST/<run-folder>/`` (atomically, file by file), after checking
 its evaluation rows with ``check_rows.check`` (every evaluation exactly once). Unfinished, failed or
 wrongly-rowed runs are listed and skipped. ``super-marl plot DST`` then redraws the figure and tables.
 Exits 1 when a finished run's rows are wrong, 2 on bad arguments.
@@ -24,6 +24,9 @@ from check_rows import check  # noqa: E402
 RECORD_FILES = ("config.json", "manifest.json", "metrics.csv")
 """what a committed run record holds (the run's resolved config, provenance and evaluation rows)"""
 
+OPTIONAL_FILES = ("final_games.json",)
+"""copied too where the run wrote them (battle runs' final policy in 100 varied games)"""
+
 
 def collect(src: Path, dst: Path) -> int:
     """Copy finished runs' records from ``src`` to ``dst``; returns the exit code."""
@@ -42,7 +45,7 @@ def collect(src: Path, dst: Path) -> int:
             code = 1
             continue
         (dst / folder.name).mkdir(parents=True, exist_ok=True)
-        for name in RECORD_FILES:
+        for name in (*RECORD_FILES, *(n for n in OPTIONAL_FILES if (folder / n).is_file())):
             atomic_write_text(dst / folder.name / name, (folder / name).read_text())
         print(f"copy {folder.name}: {what}")
     return code

@@ -1,62 +1,93 @@
 #!/usr/bin/env bash
-# Issue 13: start or resume the Figure 1 campaign (docs/results.md "Figure 1, reproduced") on this machine.
+# Start or resume the Figure 1 campaign (docs/results.md, "Figure 1") on this machine: its stages in order, each a
+# `grid run` that skips finished runs and resumes unfinished ones, so one command continues wherever it stopped.
 #
-#   bash scripts/fig1_campaign.sh [--worktree DIR] [GRID-RUN ARGS...]
-#   bash scripts/fig1_campaign.sh --filter 'name=*-ddqn,*-super-quantile'   # the central claim's runs first (seed order)
-#   bash scripts/fig1_campaign.sh                      # the whole grid (finished runs skipped, unfinished resumed)
-#   bash scripts/fig1_campaign.sh --filter 'env=pursuit,adversarial_pursuit' --filter 'name=*-ddqn,*-super-quantile'
-#                                   # on a machine that may not outlive the session: runs that fit one (not battle)
-#   bash scripts/fig1_campaign.sh [--worktree DIR] --status    # running or not, each run's progress and time left,
-#                                                              # every evaluation row checked
-#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect   # finished runs' records -> results/fig1 (then commit)
+#   1. paper protocol, battle + adversarial pursuit: no sharing, SUPER quantile, share-all, parameter sharing,
+#      seeds 1-5 (40 runs)
+#   2. paper protocol, battle + adversarial pursuit: SUPER gaussian (the original's, on the variance) and SUPER
+#      stochastic, seeds 1-3 (12 runs)
+#   3. paper protocol, pursuit: no sharing, SUPER quantile, share-all, seeds 1-3 (9 runs)
+#   4. our protocol, battle + adversarial pursuit: seeds 4-5 of stage 1's configurations (16 runs, 2 of them
+#      recorded already)
 #
-# Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused if it is at
-# another commit) with this checkout's experiments/fig1.yaml beside its own as fig1.main.yaml, its .venv (created if missing, ~3 min), the finished runs' records copied from results/fig1 into
-# its run folder (status "finished" in their manifests, so `grid run` skips them instead of training them again;
-# a new machine has lost the run folders), then `grid run` detached in its own session at the lowest scheduler
-# share (setsid gives it its own autogroup, where plain nice does not yield; so the autogroup is niced too).
-# Check afterwards: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
-# CPU kernels: runs use the machine's own (AVX-512 where it has it), so a seed repeats bit for bit only on a machine
-# like the one that made it (docs/decisions.md, "Bit-reproducible per CPU instruction set"). To compute what an AVX2
-# machine does (battle seed 1's records were made on one: repeated bit for bit that way), prefix the command with
-#   ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2   (Ray's workers inherit them; ~1.35x slower here)
+#   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --status     # running or not, each run's progress, rows checked
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/fig1 (commit them)
+#
+# Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
+# commit), its .venv (created if missing, a few minutes), the finished runs' records copied from results/fig1 into
+# its run folder (status "finished", so `grid run` skips them: a new machine has lost the run folders), then the
+# stages detached in their own session at the lowest scheduler share (setsid gives them their own autogroup, where
+# plain nice does not yield; so the autogroup is niced too), logging to DIR/campaign.log.
+# Check after a resume: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
+# Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
+# script's earlier version (git log -- scripts/fig1_campaign.sh).
 set -euo pipefail
-COMMIT=c083f22
+COMMIT=PINNED
 repo=$(cd "$(dirname "$0")/.." && pwd)
-wt=/work/fig1
-if [ "${1:-}" = --worktree ]; then wt=$2; shift 2; fi
-# the checks run with this checkout's code (grid list shows progress and time left there) when it has a venv
+wt=/work/fig1-paper
+if [ "${1:-}" = --worktree ]; then
+  [ -n "${2:-}" ] || { echo "fig1_campaign.sh: --worktree: expected a folder" >&2; exit 2; }
+  wt=$2; shift 2
+fi
+# the checks run with this checkout's code when it has a venv
 py="$repo/.venv/bin/python"; [ -x "$py" ] || py="$wt/.venv/bin/python"
+PAPER=experiments/fig1_paper.yaml OURS=experiments/fig1.yaml
+FOUR='name=*-ddqn,*-super-quantile,*-shareall,*-paramshare'
+stages() {  # one line per grid run: grid file, then its arguments
+  printf '%s\n' \
+    "$PAPER --seeds 5 --filter env=battle,adversarial_pursuit --filter $FOUR" \
+    "$PAPER --seeds 3 --filter env=battle,adversarial_pursuit --filter name=*-super-gaussian,*-super-stochastic" \
+    "$PAPER --seeds 3 --filter env=pursuit --filter name=*-ddqn,*-super-quantile,*-shareall" \
+    "$OURS --seeds 5 --filter seed=4,5 --filter env=battle,adversarial_pursuit --filter $FOUR"
+}
 case "${1:-}" in
+  --stages)
+    stages | sed 's/^/super-marl grid run /'; exit 0 ;;
   --status)
-    if pgrep -af "grid run experiments/fig1" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
-    grid="$wt/experiments/fig1.main.yaml"; [ -f "$grid" ] || grid="$wt/experiments/fig1.yaml"
-    RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$grid" --out "$wt/runs/fig1" \
-      | grep -vE $'\t(-|pending)\t' || true
+    if pgrep -f "fig1-campaign-stages" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
+    list() {  # grid list of a stage line (its words as grid run gets them; set -f: the globs are filters)
+      # shellcheck disable=SC2086
+      (set -f; RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt"/$1 --out "$wt/runs/fig1")
+    }
+    for grid in "$OURS --seeds 5" "$PAPER --seeds 5"; do  # every started run of the campaign folder
+      list "$grid" | grep -vE $'\t(-|pending)\t' || true
+    done
+    k=0
+    while read -r line; do
+      k=$((k + 1)); listed=$(list "$line")
+      echo "stage $k: $(grep -c $'\tfinished' <<< "$listed" || true) of $(tail -n 1 <<< "$listed" | cut -d' ' -f1) runs finished"
+    done < <(stages)
     exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
   --collect)
     exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;
+  "") ;;
+  *) echo "fig1_campaign.sh: unknown argument ${1}: expected --worktree DIR, --stages, --status or --collect" >&2
+     exit 2 ;;
 esac
-if pgrep -f "grid run experiments/fig1" > /dev/null; then
-  echo "fig1_campaign.sh: a Figure 1 campaign is already running (pgrep -af 'grid run'); stop it first" >&2; exit 2
+if pgrep -f "fig1-campaign-stages" > /dev/null; then
+  echo "fig1_campaign.sh: the Figure 1 campaign is already running (pgrep -af fig1-campaign-stages); stop it first" >&2
+  exit 2
 fi
 [ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$COMMIT"
 at=$(git -C "$wt" rev-parse --short=7 HEAD)
 [ "$at" = "$COMMIT" ] || { echo "fig1_campaign.sh: --worktree $wt is at $at, the campaign runs at $COMMIT" >&2; exit 2; }
 [ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
 mkdir -p "$wt/runs/fig1"
-# the grid file is this checkout's: its `only:` grew after the pinned commit (battle and adversarial pursuit's
-# SUPER gaussian and stochastic); the code that trains stays the pinned commit's. It goes in untracked beside the
-# pinned one, so the worktree stays clean and manifests name the pinned commit without '-dirty' (session 16 copied
-# it over the tracked file: its 6 gaussian runs say c083f22...-dirty; the checkout undoes that copy)
-git -C "$wt" checkout -- experiments/fig1.yaml
-cp "$repo/experiments/fig1.yaml" "$wt/experiments/fig1.main.yaml"
 for rec in "$repo"/results/fig1/*/; do
   [ -e "$wt/runs/fig1/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/fig1/"
 done
+stages > "$wt/runs/fig1-stages.txt"  # untracked: the worktree stays clean, manifests name the pinned commit
 cd "$wt"
 export RAY_AUTH_MODE=disabled WANDB_MODE=offline WANDB_SILENT=true
+# shellcheck disable=SC2016 # expanded by the detached bash
 setsid nohup bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
-  exec nice -n 19 .venv/bin/super-marl grid run experiments/fig1.main.yaml --cpus-per-trial 1 --no-wandb "$@"' \
-  fig1 "$@" >> campaign.log 2>&1 < /dev/null &
+  set -f  # the stages globs are grid filters, not file names
+  while read -r line; do
+    echo "== $(date -u +%FT%TZ) grid run $line"
+    nice -n 19 .venv/bin/super-marl grid run $line --out runs/fig1 --cpus-per-trial 1 --no-wandb < /dev/null \
+      || { echo "== stage stopped (exit $?): rerun scripts/fig1_campaign.sh to resume"; exit 1; }
+  done < runs/fig1-stages.txt
+  echo "== $(date -u +%FT%TZ) every stage finished"' fig1-campaign-stages >> campaign.log 2>&1 < /dev/null &
 echo "fig1_campaign.sh: started in $wt at $COMMIT (pid $!), log $wt/campaign.log"

@@ -133,7 +133,20 @@ def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     """(claim, SUPER configuration, baseline configuration) for every pair among ``labels`` that the paper's claim
     covers: each ``<algo>_super_<rule>`` (b = 0.1 as run; a tagged label such as share-all's ``[shareall]`` is not
     one), rules in ``SELECTION_RULES`` order (quantile first), against each of ``BASELINES`` present (the first
-    label its glob matches). Claim names read ``SUPER-<rule> - <baseline>``."""
+    label its glob matches), within one protocol: our protocol's pairs first, then the paper protocol's
+    (``plotting.PAPER_SUFFIX`` labels). Claim names read ``SUPER-<rule> - <baseline>`` and end in ``(paper)`` for
+    the paper protocol's."""
+    out = []
+    for suffix in ("", plotting.PAPER_SUFFIX):
+        def protocol_of(label: str) -> str:
+            return plotting.PAPER_SUFFIX if label.split(" [")[0].endswith(plotting.PAPER_SUFFIX) else ""
+        plain = {lab.replace(suffix, "", 1): lab for lab in labels if protocol_of(lab) == suffix}
+        out += [(claim + suffix, plain[sup], plain[base]) for claim, sup, base in _claims(list(plain))]
+    return out
+
+
+def _claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
+    """``claims`` among the labels of one protocol, written without its suffix."""
     out = []
     for algo in sorted({lab.split("_super_")[0] for lab in labels if "_super_" in lab and "[" not in lab}):
         for rule in mode_names():

@@ -185,7 +185,10 @@ def train(
     window: Annotated[int | None, typer.Option(help="|TD| window length for quantile/gaussian")] = None,
     team: Annotated[str | None, typer.Option(help="who relays: id substring or comma list (paper: --team_sharing)")] = None,
     insertion_priority: Annotated[str | None, typer.Option("--insertion-priority", help="max | sender | legacy")] = None,
-    legacy: Annotated[bool, typer.Option(help="reproduce the original's documented quirks (docs/decisions.md)")] = False,
+    legacy: Annotated[bool, typer.Option(help="the paper protocol for this run: every documented deviation restored "
+                                               "to the original (= --protocol paper; docs/decisions.md)")] = False,
+    protocol: Annotated[str | None, typer.Option(help="ours (default: this suite's corrected defaults) | paper "
+                                                      "(the original's behaviour; run folder name gets __paper)")] = None,
     opponent: Annotated[str | None, typer.Option(help="battle/adversarial_pursuit opponent team: pretrained "
                                                       "(default) | random | learning (self-play) | PATH (.safetensors team or .mixture.json)")] = None,
     opponent_epsilon: Annotated[float | None, typer.Option("--opponent-epsilon", help="epsilon-greedy exploration "
@@ -234,7 +237,7 @@ def train(
              "insertion_priority": insertion_priority, "opponent": opponent, "model": model,
              "opponent_epsilon": opponent_epsilon, "eval_opponent_epsilon": eval_opponent_epsilon,
              "allow_pickle": allow_pickle or None, "quick": quick,
-             "legacy": legacy}
+             "legacy": legacy, "protocol": protocol}
 
     def label(name: str) -> str:
         flag = "--" + name.replace("_", "-")
@@ -318,8 +321,8 @@ def _trainer(backend: str, algo: str = "ddqn") -> Any:
         raise UserError(str(exc)) from exc
 
 
-legacy_settings = C.legacy_settings
-"""What ``--legacy`` switches on (kept here for callers of the CLI module)."""
+legacy_settings = C.paper_protocol_settings
+"""What ``--legacy`` / ``--protocol paper`` switch on (kept here for callers of the CLI module)."""
 
 
 def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native") -> None:
@@ -952,6 +955,9 @@ def reproduce(
     layer: Annotated[Path | None, typer.Option(help="a grid file whose defaults / env_defaults go over every run, "
                                                     "e.g. experiments/smoke.yaml for a quick check")] = None,
     filter_: FilterOpt = None,
+    protocol: Annotated[str, typer.Option(help="paper (default: the original's behaviour, every documented "
+                                               "deviation restored; run folders end in __paper) | ours (this "
+                                               "suite's corrected defaults)")] = "paper",
     cpus_per_trial: Annotated[float, typer.Option("--cpus-per-trial", help="CPUs per run")] = 1.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and the estimate only")] = False,
 ) -> None:
@@ -965,7 +971,7 @@ def reproduce(
 
     if cpus_per_trial <= 0:
         raise UserError(f"--cpus-per-trial: expected a number > 0, got {cpus_per_trial}")
-    grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [])
+    grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [], protocol)
     if not runs_:  # a selection that matches nothing is a typo, not a finished figure (as grid run)
         asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])
         raise UserError(f"--filter: no run of {figure} matches {asked!r}")

@@ -73,7 +73,14 @@ class EnvConfig:
     env YAML default), random, learning (self-play: both teams learn) or a PATH to a team file"""
     opponent_epsilon: float = 0.0
     """epsilon-greedy exploration of a network opponent in training games (0 = greedy; the original's opponents
-    explored)"""
+    explored, see ``opponent_epsilon_timesteps``)"""
+    opponent_epsilon_final: float = 0.0
+    """where a decaying opponent epsilon ends (only with ``opponent_epsilon_timesteps`` > 0)"""
+    opponent_epsilon_timesteps: int = 0
+    """0 = a constant ``opponent_epsilon``; N > 0 = each opponent agent's epsilon decays linearly from
+    ``opponent_epsilon`` to ``opponent_epsilon_final`` over its own first N actions in training games, as the
+    original's frozen opponents kept the experiment's schedule (0.1 -> 0.001 over 100k of their own actions,
+    REFERENCE 3.4 and 8). Evaluation games use ``eval_opponent_epsilon``, constant"""
     eval_opponent_epsilon: float = 0.0
     """the same in evaluation games (0 = greedy, as the original evaluated). Greedy teams on battle's fixed map
     replay one game per evaluation; a small value (0.05) makes its episodes differ (docs/results.md, Figure 1)"""
@@ -153,6 +160,25 @@ class DQNConfig(EpsilonGreedy):
     """priority = |td| + per_eps"""
     parameter_sharing: bool = False
     """one network (and one buffer) for the whole learning team"""
+    shared_batch: Literal["per_learner", "original"] = "per_learner"
+    """rows per update of a parameter-sharing policy: per_learner = ``batch_size x N`` (an update sees as many
+    samples as N independent learners); original = as the original formed it, ``ceil(batch_size x (N + M) /
+    (1 + M))`` with M frozen opponents, whose buffers took part in its draw (REFERENCE 3.2): 256 / 55 / 77 on
+    pursuit / battle / adversarial pursuit. Independent learners get ``batch_size`` either way"""
+    def rows_per_update(self, n_learners: int, n_opponents: int) -> int:
+        """Rows sampled per policy per update (``shared_batch``).
+
+        Independent learners: ``batch_size``. Parameter sharing, ``per_learner``: ``batch_size x N``;
+        ``original``: the original drew one row from every policy buffer in turn until it had
+        ``batch_size x (N + M)`` rows, the M frozen opponents' buffers among them, so its one shared policy got
+        ``ceil(batch_size x (N + M) / (1 + M))`` (REFERENCE 3.2).
+        """
+        if not self.parameter_sharing:
+            return self.batch_size
+        if self.shared_batch == "original":
+            return -(-self.batch_size * (n_learners + n_opponents) // (1 + n_opponents))
+        return self.batch_size * n_learners
+
     init_from: str = ""
     """team file (.safetensors) whose networks initialise the online and target nets, one per learner in
     the file's order (population training's warm start); empty = fresh random networks"""
@@ -335,6 +361,17 @@ class RunConfig:
     """run folder name; empty = <env>__<algo>__s<seed>[__<tag>]"""
     tag: str = ""
     """free-form label appended to the run name and recorded in the manifest"""
+    protocol: Literal["ours", "paper"] = "ours"
+    """which protocol the run follows: ours = this suite's corrected defaults; paper = every documented
+    deviation restored to the original's behaviour (``PAPER_PROTOCOL``, ``--legacy`` / ``--protocol paper``).
+    A paper-protocol run's folder name carries ``__paper``, so both protocols share one results tree"""
+    final_games: int = 0
+    """games the final policy plays against the env's opponent team when training ends, written to
+    ``final_games.json`` (win / loss / tie rates with Wilson intervals, mean return); 0 = none. Battle's
+    greedy evaluation replays nearly one game, so battle runs end with 100 varied ones (env YAML)"""
+    final_games_epsilon: float = 0.05
+    """the opponent's epsilon in the final games (> 0 makes the games differ); they are seeded from
+    ``FINAL_GAMES_SEED``, the same games for every run"""
     device: Literal["cpu", "cuda", "auto"] = "auto"
     """torch device for networks"""
     threads: int = 1
@@ -506,13 +543,13 @@ class _Experiment:
 
     @property
     def run_name(self) -> str:
-        """The run folder name: explicit ``run.name`` or ``<env>__<algo>__s<seed>[__<tag>]``."""
+        """The run folder name: explicit ``run.name`` or ``<env>__<algo>__s<seed>[__paper][__<tag>]``."""
         if self.run.name:
             return self.run.name
         algo = self.run.algo + (f"_super_{self.relay.mode}" if self.relay.enabled else "")
         if self.dqn.parameter_sharing:
             algo += "_ps"
-        name = f"{self.env.name}__{algo}__s{self.run.seed}"
+        name = f"{self.env.name}__{algo}__s{self.run.seed}" + ("__paper" if self.run.protocol == "paper" else "")
         return f"{name}__{self.run.tag}" if self.run.tag else name
 
 
@@ -590,23 +627,41 @@ def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None 
     return out
 
 
-def legacy_settings(mode: str | None) -> dict[str, Any]:
-    """What ``--legacy`` switches on: every documented quirk of the original at once (REFERENCE 14).
+PROTOCOLS = ("ours", "paper")
+"""``run.protocol`` values: this suite's defaults, or the original's behaviour (``paper_protocol_settings``)."""
+
+FINAL_GAMES_SEED = 1000
+"""Match seed of every run's final games (``run.final_games``): the same games for every run, so methods are
+compared on one set of games (as ``results/fig1_battle_final`` was measured)."""
+
+
+def paper_protocol_settings(mode: str | None) -> dict[str, Any]:
+    """The paper protocol (``--protocol paper``, ``--legacy``): every documented deviation of this suite
+    restored to the original's behaviour at once (REFERENCE 14; docs/decisions.md lists each one).
 
     Args:
         mode: the ``--super-mode`` given on the command line (None when not given).
 
     Returns:
-        Dotted overrides.
+        Dotted overrides, ``run.protocol: paper`` among them.
     """
     settings: dict[str, Any] = {
-        "env.truncation_is_terminal": True,   # item 6: horizon truncation stored as done=True
-        "relay.insertion_priority": "legacy",  # items 7/8: RLlib 2.1 first-row priorities
-        "env.eval_seed_offset": 0,            # item 17: evaluation env seeded like the training env
+        "run.protocol": "paper",
+        "env.truncation_is_terminal": True,    # 14.6: horizon truncation stored as done=True
+        "relay.insertion_priority": "legacy",  # 14.7/8: RLlib 2.1 first-row priorities
+        "env.eval_seed_offset": 0,             # 14.17: evaluation env seeded like the training env
+        "dqn.shared_batch": "original",        # 14.10, 3.2: parameter sharing's 256 / 55 / 77 rows per update
+        # REFERENCE 8 and 3.4: frozen opponents kept the experiment's epsilon-greedy schedule (0.1 -> 0.001 over
+        # 100k, every env's dqn.epsilon_*) in training games, counted by each opponent's own actions
+        "env.opponent_epsilon": 0.1, "env.opponent_epsilon_final": 0.001, "env.opponent_epsilon_timesteps": 100_000,
     }
     if mode in (None, "gaussian", "gaussian_variance"):
-        settings["relay.mode"] = "gaussian_variance"  # item 2 (and the CLI default mode was gaussian)
+        settings["relay.mode"] = "gaussian_variance"  # 14.2 (and the CLI default mode was gaussian)
     return settings
+
+
+legacy_settings = paper_protocol_settings
+"""``--legacy`` is the paper protocol as a per-run switch."""
 
 
 def named_settings(env_name: str, flags: dict[str, Any],
@@ -614,11 +669,13 @@ def named_settings(env_name: str, flags: dict[str, Any],
     """Named flags -> dotted settings, the one translation ``super-marl train`` and grid files share.
 
     Order (later wins): the ``quick`` profile of ``env_name`` (``profiles: quick:`` of its env YAML), the named
-    flags (``FLAG_KEYS`` names), then what ``legacy`` switches on (``legacy_settings``).
+    flags (``FLAG_KEYS`` names), then the paper protocol's settings (``paper_protocol_settings``) when
+    ``protocol`` is ``paper`` or ``legacy`` is true.
 
     Args:
         env_name: environment registry key (selects the quick profile).
-        flags: ``FLAG_KEYS`` names plus the switches ``quick`` and ``legacy``; a value None = not given.
+        flags: ``FLAG_KEYS`` names plus the switches ``quick``, ``legacy`` and ``protocol`` (ours | paper);
+            a value None = not given.
         label: flag name -> how errors name it (the CLI: ``--lr`` or the paper spelling typed; grids: ``lr``).
 
     Returns:
@@ -626,7 +683,7 @@ def named_settings(env_name: str, flags: dict[str, Any],
         settings ``"<label(quick)> (<key>)"`` / ``"<label(legacy)> (<key>)"``.
 
     Raises:
-        ConfigError: ``quick`` for an env without a quick profile, or a name that is not a flag.
+        ConfigError: ``quick`` for an env without a quick profile, an unknown protocol, or a name that is not a flag.
     """
     named: dict[str, Any] = {}
     labels: dict[str, str] = {}
@@ -638,16 +695,22 @@ def named_settings(env_name: str, flags: dict[str, Any],
         named.update(quick)
         labels.update({key: f"{label('quick')} ({key})" for key in quick})
     for name, value in flags.items():
-        if name in ("quick", "legacy") or value is None:
+        if name in ("quick", "legacy", "protocol") or value is None:
             continue
         if name not in FLAG_KEYS:
             raise ConfigError(f"{label(name)}: not a named flag (known: {', '.join(FLAG_KEYS)})")
         named[FLAG_KEYS[name]] = value
         labels[FLAG_KEYS[name]] = label(name)
-    if flags.get("legacy"):
-        legacy = legacy_settings(flags.get("super_mode"))
-        named.update(legacy)
-        labels.update({key: f"{label('legacy')} ({key})" for key in legacy})
+    protocol = flags.get("protocol")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ConfigError(f"{label('protocol')}: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if protocol == "ours" and flags.get("legacy"):
+        raise ConfigError(f"{label('legacy')}: is the paper protocol, which {label('protocol')} ours contradicts")
+    if protocol == "paper" or flags.get("legacy"):
+        switch = label("protocol") if protocol == "paper" else label("legacy")
+        paper = paper_protocol_settings(flags.get("super_mode"))
+        named.update(paper)
+        labels.update({key: f"{switch} ({key})" for key in paper})
     return named, labels
 
 
@@ -691,11 +754,12 @@ SEED_LIMIT = 2**32 - 2**24
 
 RANGES: dict[str, str] = {
     "env.horizon": INT1, "env.seed_offset": INT0, "env.eval_seed_offset": INT0, "env.opponent_epsilon": UNIT,
-    "env.eval_opponent_epsilon": UNIT,
+    "env.eval_opponent_epsilon": UNIT, "env.opponent_epsilon_final": UNIT, "env.opponent_epsilon_timesteps": INT0,
     "relay.bandwidth": UNIT, "relay.window": INT1,
     **{f"{name}.{key}": r for name, cls in algo_sections().items() for key, r in getattr(cls, "ranges", {}).items()},
     "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,
     "run.eval_episodes": INT0, "run.eval_batch": INT0, "run.threads": INT0,
+    "run.final_games": INT0, "run.final_games_epsilon": UNIT,
     **{f"relay.{p.name}": p.range for p in rule_params() if p.type in (int, float)},  # from the rules' records
 }
 """The allowed range of every numeric config field (``section.field`` -> range), checked by ``validate``.

@@ -185,7 +185,7 @@ def make_eval_env(cfg: ExperimentConfig, eval_seed: int) -> MultiAgentEnv | Batc
     when ``run.eval_batch`` is 0. Opponents (if any) are seeded from ``eval_seed`` and explore with
     ``env.eval_opponent_epsilon`` (training games use ``env.opponent_epsilon``); episodes by their own seeds."""
     games = min(cfg.run.eval_batch, cfg.run.eval_episodes)
-    env_cfg = replace(cfg.env, opponent_epsilon=cfg.env.eval_opponent_epsilon)
+    env_cfg = replace(cfg.env, opponent_epsilon=cfg.env.eval_opponent_epsilon, opponent_epsilon_timesteps=0)
     return make_eval_batch(env_cfg, games, seed=eval_seed) if games > 0 else make_env(env_cfg, seed=eval_seed)
 
 
@@ -500,7 +500,8 @@ class RunLoop:
             "version": LOOP_CHECKPOINT_VERSION, "config": self.cfg.to_dict(),
             "loop": {"env_steps": self.env_steps, "next_eval": self.next_eval, "train_returns": list(self.train_returns),
                      "last_eval": self.last_eval, "timings": dict(self.timer.total),
-                     "elapsed_s": self.record.elapsed(), "torch_rng": torch.get_rng_state()},
+                     "elapsed_s": self.record.elapsed(), "torch_rng": torch.get_rng_state(),
+                     "opponents": [_opponent_state(env) for env in self.envs]},
             "metrics": self.metrics.record(),  # metrics.csv up to here: a resume restores it exactly
             "trainer": trainer_state,
         }
@@ -526,6 +527,9 @@ class RunLoop:
         self.timer.total.update(loop["timings"])
         self.record.t_start -= float(loop["elapsed_s"])
         torch.set_rng_state(loop["torch_rng"])
+        for env, state in zip(self.envs, loop.get("opponents") or []):  # absent in checkpoints before it was kept
+            if state is not None and hasattr(getattr(env, "opponent", None), "load_state_dict"):
+                env.opponent.load_state_dict(to_numpy(state))  # type: ignore[attr-defined]
         if raw.get("metrics") is not None:
             self.metrics.restore(raw["metrics"])  # exactly the rows up to the checkpoint
         else:  # format 1: execute checked metrics.csv; rows logged after the checkpoint are logged again
@@ -552,6 +556,13 @@ class RunLoop:
         for env in [*self.envs, self.eval_env]:
             env.close()
         return self.record.summary(self.env_steps)
+
+
+def _opponent_state(env: Any) -> Any:
+    """A training env's opponent exploration state (``NetworkOpponent.state_dict``: action counts, generator), or
+    None for an env without one; kept in ``latest.pt`` so a decaying opponent epsilon resumes where it was."""
+    opponent = getattr(env, "opponent", None)
+    return opponent.state_dict() if hasattr(opponent, "state_dict") else None
 
 
 @dataclass

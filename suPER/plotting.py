@@ -125,8 +125,14 @@ class Skipped:
         return f"{self.path}: {self.reason}; skipped"
 
 
+PAPER_SUFFIX = " (paper)"
+"""What a paper-protocol run's configuration label carries (``run.protocol: paper``), so both protocols' runs of one
+configuration stay apart in one results tree."""
+
+
 def configuration_label(config: dict[str, Any]) -> str:
-    """``pursuit__ddqn_super_quantile__s3__bw005`` -> ``ddqn_super_quantile [bw005]`` (from a config dict)."""
+    """``pursuit__ddqn_super_quantile__s3__bw005`` -> ``ddqn_super_quantile [bw005]``, a paper-protocol run's
+    ``ddqn_super_quantile (paper) [bw005]`` (from a config dict)."""
     run = config.get("run", {})
     if run.get("name"):
         return str(run["name"])
@@ -134,6 +140,8 @@ def configuration_label(config: dict[str, Any]) -> str:
     algo = str(run.get("algo", "?")) + (f"_super_{relay.get('mode')}" if relay.get("enabled") else "")
     if dqn.get("parameter_sharing"):
         algo += "_ps"
+    if run.get("protocol") == "paper":
+        algo += PAPER_SUFFIX
     return f"{algo} [{run['tag']}]" if run.get("tag") else algo
 
 

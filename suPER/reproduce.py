@@ -72,8 +72,8 @@ def paper_budget(env: str) -> int:
 
 def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = None,
                 envs: Sequence[str] = (), layer: Path | None = None,
-                filters: Sequence[str] = ()) -> tuple[Grid, list[GridRun]]:
-    """The runs of a figure: its grid, scaled to ``fraction`` of the paper budgets and layered.
+                filters: Sequence[str] = (), protocol: str | None = "paper") -> tuple[Grid, list[GridRun]]:
+    """The runs of a figure: its grid under a protocol, scaled to ``fraction`` of the paper budgets and layered.
 
     Args:
         figure: key of ``FIGURES``.
@@ -82,6 +82,8 @@ def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = 
         envs: only these envs (all when empty).
         layer: a grid file whose ``defaults`` and ``env_defaults`` go over every run (its entries are ignored).
         filters: ``--filter`` selections as in ``grid run`` (``campaigns.grid.matches``).
+        protocol: ``paper`` (the original's behaviour, ``config.paper_protocol_settings``) or ``ours`` for every
+            run; None keeps each entry's own.
 
     Raises:
         ConfigError: bad figure, fraction, seeds or env (one line naming the flag); GridError from the files.
@@ -92,6 +94,8 @@ def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = 
         raise C.ConfigError(f"--fraction: expected a number in (0, 1], got {fraction}")
     if seeds is not None and seeds < 1:
         raise C.ConfigError(f"--seeds: expected an integer >= 1, got {seeds}")
+    if protocol is not None and protocol not in C.PROTOCOLS:
+        raise C.ConfigError(f"--protocol: expected one of {', '.join(C.PROTOCOLS)}, got {protocol!r}")
     grid = load_grid(C.ROOT / FIGURES[figure].grid, seeds=seeds)
     present = list(dict.fromkeys(r.env for r in grid.runs))
     for e in envs:
@@ -114,6 +118,9 @@ def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = 
         overrides = dict(flags.pop("set", {}))
         if fraction is not None:
             flags["num_timesteps"] = max(1, round(fraction * paper_budget(r.env)))
+        if protocol is not None:
+            flags["protocol"] = protocol
+            flags.pop("legacy", None)  # the protocol decides
         runs.append(dataclasses.replace(r, flags=flags, overrides=overrides, _run_name=""))
     return grid, runs
 

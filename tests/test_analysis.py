@@ -286,3 +286,21 @@ def test_campaign_notes_flag_evaluations_that_play_one_game() -> None:
     assert notes["half"]["identical_episodes"] == pytest.approx(0.5) and notes["half"]["one_game_per_eval"]
     for label in ("nan", "unlogged"):
         assert np.isnan(notes[label]["identical_episodes"]) and not notes[label]["one_game_per_eval"]
+
+
+def test_claims_pair_configurations_within_one_protocol() -> None:
+    """Both protocols' runs in one results tree: each SUPER configuration is compared with the baselines of its own
+    protocol, never across, and the paper protocol's claims say so."""
+    labels = ["ddqn", "ddqn_super_quantile", "ddqn_ps", "ddqn (paper)", "ddqn_super_quantile (paper)",
+              "ddqn_super_gaussian_variance (paper) [shareall]", "ddqn_super_gaussian_variance (paper)"]
+    got = A.claims(labels)
+    assert ("SUPER-quantile - no sharing", "ddqn_super_quantile", "ddqn") in got
+    assert ("SUPER-quantile - parameter sharing", "ddqn_super_quantile", "ddqn_ps") in got
+    assert ("SUPER-quantile - no sharing (paper)", "ddqn_super_quantile (paper)", "ddqn (paper)") in got
+    assert ("SUPER-quantile - share-all (paper)", "ddqn_super_quantile (paper)",
+            "ddqn_super_gaussian_variance (paper) [shareall]") in got
+    assert ("SUPER-gaussian_variance - no sharing (paper)", "ddqn_super_gaussian_variance (paper)",
+            "ddqn (paper)") in got
+    assert not any(c.endswith("(paper)") != s.endswith("(paper)") or s.endswith("(paper)") != b.split(" [")[0]
+                   .endswith("(paper)") for c, s, b in got)
+    assert not any(b == "ddqn_ps" and s.endswith("(paper)") for _, s, b in got)  # no paper baseline: no claim

@@ -121,11 +121,12 @@ def test_tiny_reproduction_draws_the_figure_and_tables_and_resumes(tmp_path: Pat
     assert res.returncode == 0, res.stdout + res.stderr
     assert plan_numbers(res.stdout)[:3] == (4, 0, 800)
     folders = sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file())
-    assert folders == ["pursuit__ddqn__s1", "pursuit__ddqn__s2", "pursuit__ddqn_super_quantile__s1",
-                       "pursuit__ddqn_super_quantile__s2"]
+    assert folders == ["pursuit__ddqn__s1__paper", "pursuit__ddqn__s2__paper",  # reproduce's default protocol
+                       "pursuit__ddqn_super_quantile__s1__paper", "pursuit__ddqn_super_quantile__s2__paper"]
     for f in folders:
         cfg = json.loads((out / f / "config.json").read_text())
         assert cfg["run"]["num_timesteps"] == 200 and cfg["env"]["kwargs"]["x_size"] == 10  # fraction + layer
+        assert cfg["run"]["protocol"] == "paper"
         assert json.loads((out / f / "manifest.json").read_text())["status"] == "finished"
     figs = out / "figures"
     for name in ("fig1.png", "fig1.svg", "fig1_final.md", "fig1_claims.md", "fig1_claims.csv", "fig1_aggregate.md",
@@ -137,7 +138,8 @@ def test_tiny_reproduction_draws_the_figure_and_tables_and_resumes(tmp_path: Pat
     assert row.endswith("| yes |") == (figs / "fig1_aggregate.png").is_file(), row
     with (figs / "fig1_claims.csv").open() as f:
         (claim,) = list(csv.DictReader(f))
-    assert claim["claim"] == "SUPER-quantile - no sharing" and claim["super_runs"] == "2"
+    assert claim["claim"] == "SUPER-quantile - no sharing (paper)" and claim["super_runs"] == "2"
+    assert claim["super"] == "ddqn_super_quantile (paper)" and claim["baseline"] == "ddqn (paper)"
     # again: everything is finished, nothing trains, the figures are redrawn
     mtime = (out / folders[0] / "metrics.csv").stat().st_mtime_ns
     res = cli(*args, cwd=tmp_path)

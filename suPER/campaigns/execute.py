@@ -52,6 +52,30 @@ def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
     return {"opponent_file": str(path), "opponent_sha256": sha256(path)}
 
 
+FINAL_GAMES_FILE = "final_games.json"
+"""A run's final games (``run.final_games``), in its folder."""
+
+
+def play_final_games(cfg: C.ExperimentConfig, folder: Any, backend: str = "native") -> dict[str, Any] | None:
+    """The final policy's games against the env's opponent team (``opponents.final_games``), written to
+    ``final_games.json`` and printed in one line; None when the run has none to play."""
+    import json
+
+    from suPER.opponents import final_games
+    from suPER.runs import atomic_write_json
+
+    record = final_games(cfg, folder.checkpoints / "final.pt", backend)
+    if record is None:
+        return None
+    atomic_write_json(folder.path / FINAL_GAMES_FILE, json.loads(json.dumps(record)))  # tuples -> lists
+    ci = record["win_rate_ci"]
+    print(f"{cfg.run_name}: final policy in {record['games']} games against {record['opponent']} (epsilon "
+          f"{record['opponent_epsilon']:g}): win {record['win_rate']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}], loss "
+          f"{record['loss_rate']:.2f}, tie {record['tie_rate']:.2f}, team return {record['team_return']:.2f}, "
+          f"mean length {record['episode_len']:.0f}", flush=True)
+    return record
+
+
 def execute(cfg: C.ExperimentConfig, overwrite: bool = False, backend: str = "native", progress: Any = None,
             on_start: Any = None, extra_manifest: dict[str, Any] | None = None, train_fn: Any = None) -> Any:
     """Train one run into ``cfg.run.out/cfg.run_name``: a fresh start, a resume, or a refusal.
@@ -170,6 +194,7 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
         if on_start is not None:
             on_start(folder, resume)
         summary = train_fn(cfg, folder, logger=logger, progress=progress)
+        play_final_games(cfg, folder, backend)
         status = runs.FINISHED
     except (KeyboardInterrupt, SystemExit):
         # SystemExit: Ray Tune ends a trial it was told to stop (grid run's Ctrl-C) with sys.exit(0) inside

@@ -2,7 +2,8 @@
 
 A grid file (``experiments/paper_grid.yaml``, ``bandwidth_sweep.yaml``, ``smoke.yaml``) lists entries
 written in the flag vocabulary of ``super-marl train`` (``config.FLAG_KEYS`` plus ``env``, ``algo``,
-``legacy``, ``quick`` and dotted ``set`` overrides), so every expanded run is one CLI invocation::
+``legacy``, ``protocol`` (ours | paper), ``quick`` and dotted ``set`` overrides), so every expanded run is one CLI
+invocation::
 
     name: paper                 # campaign name; default output folder runs/<name>
     seeds: 5                    # 5 -> seeds 1..5, or an explicit list [1, 2, 3]
@@ -43,7 +44,7 @@ from suPER import config as C
 GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "only", "order", "runs")
 """Top-level keys of a grid file."""
 
-SPECIAL_KEYS = ("env", "algo", "legacy", "quick", "set")
+SPECIAL_KEYS = ("env", "algo", "legacy", "protocol", "quick", "set")
 """Entry keys besides ``config.FLAG_KEYS`` that are also ``super-marl train`` options."""
 
 ENTRY_ONLY_KEYS = ("name", "pending", "note", "sweep", "seeds")
@@ -304,6 +305,8 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
             raise GridError(f"{at}: {what}: algo: expected a name, got {value!r}")
         if key in ("legacy", "quick") and not isinstance(value, bool):
             raise GridError(f"{at}: {what}: {key}: expected true or false, got {value!r}")
+        if key == "protocol" and value not in C.PROTOCOLS:
+            raise GridError(f"{at}: {what}: protocol: expected one of {', '.join(C.PROTOCOLS)}, got {value!r}")
         if key == "set":
             if not isinstance(value, dict):
                 raise GridError(f"{at}: set: expected a mapping of dotted keys, got {type(value).__name__}")

@@ -169,7 +169,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)
-        batch = d.batch_size * spec.n_agents
+        batch = d.rows_per_update(spec.n_agents, len(spec.opponent_ids))
     else:
         from suPER.core.trainers import module_per_agent
 
@@ -273,7 +273,7 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, alg
     ids = list(spec.learner_ids)
     module_of = [spec.team if d.parameter_sharing else a for a in ids]
     flatten = d.model == "mlp"
-    batch = d.batch_size * (spec.n_agents if d.parameter_sharing else 1)
+    batch = d.rows_per_update(spec.n_agents, len(spec.opponent_ids))
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
 
     agents_of_module = {m: [i for i, mm in enumerate(module_of) if mm == m] for m in dict.fromkeys(module_of)}

@@ -95,7 +95,8 @@ def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
         else:
             policy = importlib.import_module("suPER.opponents.policy")
             net, _ = team_file.load_team(path, env, "opponent", cfg.opponent_allow_pickle)
-            opponent = policy.NetworkOpponent(net, cfg.opponent_epsilon, seed)
+            opponent = policy.NetworkOpponent(net, cfg.opponent_epsilon, seed, cfg.opponent_epsilon_final,
+                                              cfg.opponent_epsilon_timesteps)
     except BaseException:
         env.close()
         raise
@@ -131,7 +132,8 @@ def make_batch(cfg: EnvConfig, num_games: int, seed: int | None = None) -> Locks
         env = build_adapter(cfg, seed=game_seed, opponent=_Placeholder())
         shared = first.opponent  # type: ignore[attr-defined]
         if isinstance(shared, policy.NetworkOpponent):
-            env.set_opponent(policy.NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed))  # type: ignore[attr-defined]
+            env.set_opponent(policy.NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed,  # type: ignore[attr-defined]
+                                                    cfg.opponent_epsilon_final, cfg.opponent_epsilon_timesteps))
         else:  # another opponent file kind (a mixture of teams): a copy sharing its networks, its own generators
             env.set_opponent(shared.fork(game_seed))  # type: ignore[attr-defined]
         return env

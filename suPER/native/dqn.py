@@ -80,14 +80,14 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     target_net = copy.deepcopy(q_net).requires_grad_(False)
     optimizer = torch.optim.Adam(q_net.parameters(), lr=d.lr, eps=d.adam_eps, fused=True)  # 10x faster step on CPU
 
-    # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows
+    # ---- replay: P independent prioritized buffers; with sharing one buffer gets N x batch rows (dqn.shared_batch)
     # (compact layout: next_obs linked to the same agent's next row, streams = agents; identical samples)
     per_kwargs = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps,
                       rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
     buffer = (CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
               if run.replay_layout == "compact" else MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype,
                                                                    **per_kwargs))
-    batch_per_policy = d.batch_size * (n_agents if d.parameter_sharing else 1)
+    batch_per_policy = d.rows_per_update(n_agents, len(spec.opponent_ids))
 
     # ---- relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
     relay = None

@@ -78,7 +78,7 @@ from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
     "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing",
-    "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.rollout_fragment_length", "dqn.learning_starts",
+    "dqn.adam_eps", "dqn.grad_clip", "dqn.batch_size", "dqn.shared_batch", "dqn.rollout_fragment_length", "dqn.learning_starts",
     "run.num_timesteps", "run.device", "run.threads", "run.algo", "run.replay_device",
 )
 """Settings every run of a pack must share: the network and its shapes, the one optimizer's settings, and
@@ -191,7 +191,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     n_pol = 1 if d0.parameter_sharing else n_agents
     group = n_agents // n_pol  # learners per policy
     policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d0.parameter_sharing else np.arange(n_agents)
-    batch_per_policy = d0.batch_size * group
+    batch_per_policy = d0.rows_per_update(n_agents, len(spec.opponent_ids))
     T = d0.rollout_fragment_length
 
     # ---- the pack's networks: run r's policies are slots r*P .. r*P+P-1

@@ -14,7 +14,7 @@ Building an env with its opponent is ``suPER.envs.make_env`` / ``make_batch``; t
 """
 
 from suPER.envs.factory import check_opponent, has_network_opponent, make_batch, make_env
-from suPER.opponents.match import MATCH_BATCH, MatchResult, mean_ci, outcomes, play, wilson
+from suPER.opponents.match import MATCH_BATCH, MatchResult, final_games, mean_ci, outcomes, play, wilson
 from suPER.opponents.policy import NetworkOpponent, team_policy
 from suPER.opponents.team_file import (
     FORMAT,
@@ -42,6 +42,7 @@ __all__ = [
     "OpponentFileError",
     "TeamMeta",
     "check_opponent",
+    "final_games",
     "has_network_opponent",
     "load_original_pickle",
     "load_team",

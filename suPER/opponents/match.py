@@ -7,12 +7,14 @@ The outcome of an episode is the env's own rule (``record.outcome`` of its adapt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suPER.envs import MultiAgentEnv, env_record, opponent_env_names
+from suPER.config import ALGORITHMS, FINAL_GAMES_SEED, ExperimentConfig
+from suPER.envs import MultiAgentEnv, env_record, make_batch, opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import BatchActFn, Episodes, episode_seeds, play_episodes
 from suPER.stats import bootstrap_ci
@@ -64,6 +66,32 @@ def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, see
     """
     ep = play_episodes(env, act, episode_seeds(seed, 0, episodes))
     return MatchResult(ep.agent_return_KN.sum(axis=1), ep.opponent_return_K, outcomes(env.spec.name, ep), ep.length_K)
+
+
+def final_games(cfg: ExperimentConfig, checkpoint: Path, backend: str = "native") -> dict[str, Any] | None:
+    """A run's final policy (``checkpoint``, its ``final.pt``) in ``run.final_games`` varied games against the env's
+    opponent team: ``MatchResult.summary`` plus what was played; None when the run has none to play.
+
+    Played by runs of the native DQN family on an env with an opponent team it did not train (``env.opponent``
+    not ``learning``, teams not swapped), with ``run.final_games`` > 0. The opponent explores at
+    ``run.final_games_epsilon`` and the match is seeded ``config.FINAL_GAMES_SEED``: the same games for every run,
+    whatever its seed, so methods are compared on one set of games.
+    """
+    from suPER.opponents.policy import team_policy
+
+    u, e = cfg.run, cfg.env
+    if (u.final_games <= 0 or backend != "native" or ALGORITHMS[u.algo].section != "dqn"
+            or e.name not in opponent_env_names() or e.opponent == "learning" or e.swap_teams):
+        return None
+    seed = FINAL_GAMES_SEED
+    games = make_batch(replace(e, opponent_epsilon=u.final_games_epsilon, opponent_epsilon_timesteps=0),
+                       min(u.final_games, MATCH_BATCH), seed=seed)
+    try:
+        summary = play(games, team_policy(str(checkpoint), games, seed), u.final_games, seed).summary(seed)
+    finally:
+        games.close()
+    return {"games": u.final_games, "opponent": e.opponent, "opponent_epsilon": u.final_games_epsilon, "seed": seed,
+            **summary}
 
 
 def outcomes(env_name: str, ep: Episodes) -> np.ndarray:

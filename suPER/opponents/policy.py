@@ -32,26 +32,59 @@ class NetworkOpponent:
     exploration during training rollouts, REFERENCE 8); the draws come from the policy's own
     generator, seeded from the env seed, so acting never touches numpy's or torch's global RNG.
 
+    With ``epsilon_timesteps`` > 0 agent m's epsilon decays with its own action count t_m (its actions while
+    alive, as RLlib counted a policy's computed actions): ``eps_m = linear_schedule(t_m, epsilon,
+    epsilon_final, epsilon_timesteps)``. The counts are state (``state_dict``), checkpointed with the run.
+
     Args:
         net: the team's networks (P = M).
-        epsilon: exploration probability in [0, 1]; 0 = greedy (default).
+        epsilon: exploration probability in [0, 1]; 0 = greedy (default); the start value of a decay.
         seed: seed of the exploration generator.
+        epsilon_final: where a decay ends.
+        epsilon_timesteps: own actions over which epsilon decays linearly; 0 = constant ``epsilon``.
     """
 
-    def __init__(self, net: BatchedQNet, epsilon: float = 0.0, seed: int | None = None) -> None:
+    def __init__(self, net: BatchedQNet, epsilon: float = 0.0, seed: int | None = None,
+                 epsilon_final: float = 0.0, epsilon_timesteps: int = 0) -> None:
         self.net = net.eval().requires_grad_(False)
         self.epsilon = float(epsilon)
+        self.epsilon_final = float(epsilon_final)
+        self.epsilon_timesteps = int(epsilon_timesteps)
         self.rng = np.random.default_rng(seed)
+        self.acted_M = np.zeros(net.n_policies, dtype=np.int64)
+        """actions each agent took so far (counted while alive; drives a decaying epsilon)"""
+
+    @property
+    def explores(self) -> bool:
+        """Whether any action may be random (a greedy policy draws nothing from its generator)."""
+        return self.epsilon > 0 or (self.epsilon_timesteps > 0 and self.epsilon_final > 0)
+
+    def epsilon_M(self) -> np.ndarray:
+        """Each agent's current epsilon [M]: ``epsilon``, or its decay at the agent's own action count."""
+        if self.epsilon_timesteps <= 0:
+            return np.full(len(self.acted_M), self.epsilon)
+        frac_M = np.minimum(1.0, self.acted_M / self.epsilon_timesteps)
+        return self.epsilon + frac_M * (self.epsilon_final - self.epsilon)
+
+    def state_dict(self) -> dict[str, object]:
+        """The exploration state a resumed run continues from: action counts and the generator."""
+        return {"acted_M": self.acted_M.copy(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Inverse of ``state_dict``."""
+        self.acted_M[:] = np.asarray(state["acted_M"], dtype=np.int64)
+        self.rng.bit_generator.state = state["rng"]
 
     @torch.no_grad()
     def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
         """Actions [M] (int64); dead agents' rows are computed too (their actions are not sent)."""
         obs = torch.as_tensor(np.asarray(obs_MO, dtype=np.float32))[:, None]
         actions_M = self.net(obs)[:, 0].argmax(-1).numpy().astype(np.int64)
-        if self.epsilon > 0:
+        if self.explores:
             m = len(actions_M)
-            explore_M = self.rng.random(m) < self.epsilon
+            explore_M = self.rng.random(m) < self.epsilon_M()
             actions_M = np.where(explore_M, self.rng.integers(0, self.net.n_actions, m), actions_M)
+        self.acted_M += np.asarray(alive_M, dtype=bool)
         return actions_M
 
     @torch.no_grad()
@@ -76,10 +109,11 @@ class NetworkOpponent:
         if any(p.net is not self.net for p in peers):
             raise ValueError("NetworkOpponent.act_batch: every game's opponent must share this network")
         for g, p in enumerate(peers):
-            if p.epsilon > 0:
+            if p.explores:
                 m = actions_EM.shape[1]
-                explore_M = p.rng.random(m) < p.epsilon
+                explore_M = p.rng.random(m) < p.epsilon_M()
                 actions_EM[g] = np.where(explore_M, p.rng.integers(0, p.net.n_actions, m), actions_EM[g])
+            p.acted_M += np.asarray(alive_EM[g], dtype=bool)
         return actions_EM
 
 
