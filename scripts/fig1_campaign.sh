@@ -24,7 +24,7 @@
 # Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
 # script's earlier version (git log -- scripts/fig1_campaign.sh).
 set -euo pipefail
-COMMIT=PINNED
+COMMIT=19fb679
 repo=$(cd "$(dirname "$0")/.." && pwd)
 wt=/work/fig1-paper
 if [ "${1:-}" = --worktree ]; then
