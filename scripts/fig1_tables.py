@@ -4,7 +4,9 @@
     python scripts/fig1_tables.py [results/fig1]
 
 Two markdown tables: each run's final score (the mean of its last 10% of evaluations) per env and configuration,
-seeds in order; and the claim table (``analysis.claim_table``: every SUPER rule with runs minus each baseline).
+seeds in order; and the claim table (``analysis.claim_table``: every SUPER rule with runs minus each baseline, Welch
+p Holm-adjusted per env, TOST at 10% of the env's random-to-best range, the verdict under each final-score window,
+seeds for 80% power), as ``plot --analysis`` computes it with the shipped random-policy returns.
 ``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
 """
 
@@ -34,21 +36,32 @@ def _p(p: float) -> str:
 def markdown(curves: list[plotting.RunCurve]) -> str:
     """The final-score table (each run's score, seeds in order) and the claim table (``analysis.claim_table``, 2,000
     bootstrap resamples as ``plot --analysis``), envs in ``ENVS`` order."""
+    import tempfile
+
     scores = analysis.scores_by_configuration(curves)
+    with tempfile.TemporaryDirectory() as tmp:  # measurements the shipped data lack would land here
+        random = analysis.random_returns(curves, Path(tmp) / "random_returns.json")
+    margins = analysis.margins_of(analysis.normalize(scores, random)[1])
     lines = ["| env | " + " | ".join(name for name, _ in CONFIGURATIONS) + " |",
              "|---|" + "---:|" * len(CONFIGURATIONS)]
     for env, row_name in ENVS:
         cells = [", ".join(f"{v:+.1f}" for v in scores.get(env, {}).get(label, [])) for _, label in CONFIGURATIONS]
         lines.append(f"| {row_name} | " + " | ".join(cells) + " |")
-    lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p | verdict |",
-              "|---|---|---|---|---:|---|---:|---:|---|"]
+    lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
+              "TOST p (Holm) | verdict | other windows | seeds for 80% power |",
+              "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|"]
     order = {env: i for i, (env, _) in enumerate(ENVS)}
-    for r in sorted(analysis.claim_table(scores), key=lambda r: order.get(r["env"], len(order))):
+    rows = analysis.claim_table(scores, margins=margins, windows=analysis.window_scores(curves))
+    for r in sorted(rows, key=lambda r: order.get(r["env"], len(order))):
+        others = "; ".join(w for w in r["verdicts_by_window"].split("; ") if not w.startswith("last 10%:"))
+        seeds = r["seeds_for_power"]
         lines.append(f"| {r['env'].replace('_', ' ')} | {r['super'].removeprefix('ddqn_super_')} | "
                      f"{r['claim'].split(' - ', 1)[1]} | {r['super_runs']} vs {r['baseline_runs']} | "
                      f"{r['iqm_difference']:+.1f} | [{r['ci_low']:.1f}, {r['ci_high']:.1f}] | "
-                     f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} | "
-                     f"{r['verdict'].removesuffix(' at this budget')} |")
+                     f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} ({_p(r['welch_p_holm'])}) | "
+                     f"{_p(r['tost_p_holm'])} | {r['verdict'].removesuffix(' at this budget')}"
+                     f"{' (fragile)' if r['fragile'] else ''} | {others} | "
+                     f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
     return "\n".join(lines)
 
 

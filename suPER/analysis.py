@@ -52,7 +52,7 @@ from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
-from suPER.stats import bootstrap_ci
+from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
 BASELINES = (
     ("no sharing", "{algo}"),
@@ -62,7 +62,18 @@ BASELINES = (
 """(name, configuration glob: ``[[]`` is a literal ``[``) of each baseline SUPER is claimed to beat; ``{algo}`` is
 ddqn or dqn."""
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive at this budget"
+HOLDS, FAILS, EQUIVALENT, INCONCLUSIVE = "holds", "does not hold", "equivalent", "inconclusive at this budget"
+
+WINDOWS = (("last 5%", 0.05), ("last 10%", 0.10), ("last 20%", 0.20), ("AUC", 1.0))
+"""Final-score definitions a verdict is checked against: the mean of a run's last 5 / 10 / 20% of evaluations, and
+the mean over all of them (the normalized area under its curve). The claim table's verdict is the last 10%'s."""
+
+MAIN_WINDOW = 0.10
+"""The final score of the verdict: the mean of a run's last 10% of evaluations."""
+
+EQUIVALENCE_MARGIN = 0.1
+"""TOST margin as a share of the env's normalized range (best configuration's mean final score minus the random
+policy's return): a difference within 10% of the way from random to the best counts as equivalent (docs/decisions.md)."""
 
 RANDOM_EPISODES = 20
 """Episodes of the random policy per env (``random_team_return``)."""
@@ -112,12 +123,16 @@ def welch_p(x: np.ndarray, y: np.ndarray) -> float:
     return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
 
 
-def verdict(low: float, high: float, p: float) -> str:
-    """holds / does not hold / inconclusive from the 95% CI of a difference (SUPER minus baseline) and the
-    p-value of Welch's test: a direction needs both (the CI alone is too narrow with few runs)."""
-    if np.isnan(low) or np.isnan(high) or not p < ALPHA:
-        return INCONCLUSIVE
-    return HOLDS if low > 0 else FAILS if high < 0 else INCONCLUSIVE
+def verdict(low: float, high: float, p: float, tost: float = float("nan")) -> str:
+    """holds / does not hold / equivalent / inconclusive from the 95% CI of a difference (SUPER minus baseline),
+    the (family-adjusted) p-value of Welch's test and of the TOST equivalence test: a direction needs the CI and p
+    (the CI alone is too narrow with few runs); a CI that contains 0 with TOST p < alpha is equivalent within the
+    margin."""
+    if not (np.isnan(low) or np.isnan(high)) and p < ALPHA and (low > 0 or high < 0):
+        return HOLDS if low > 0 else FAILS
+    if not (np.isnan(low) or np.isnan(high)) and low <= 0 <= high and tost < ALPHA:
+        return EQUIVALENT
+    return INCONCLUSIVE
 
 
 def scores_by_configuration(curves: Sequence[RunCurve], last_fraction: float = 0.1) -> dict[str, dict[str, np.ndarray]]:
@@ -161,24 +176,69 @@ def _claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
 
 
 CLAIM_COLUMNS = ("env", "claim", "super", "baseline", "super_runs", "baseline_runs", "iqm_difference",
-                 "ci_low", "ci_high", "probability_of_improvement", "poi_ci_low", "poi_ci_high", "welch_p", "verdict")
+                 "ci_low", "ci_high", "probability_of_improvement", "poi_ci_low", "poi_ci_high", "welch_p",
+                 "welch_p_holm", "family", "tost_margin", "tost_p_holm", "verdict", "fragile", "verdicts_by_window",
+                 "seeds_for_power")
 
 
-def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 2000) -> list[dict[str, Any]]:
-    """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``)."""
+def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 2000,
+                margins: dict[str, float] | None = None,
+                windows: dict[str, dict[str, dict[str, np.ndarray]]] | None = None) -> list[dict[str, Any]]:
+    """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``).
+
+    The family of a test is its env: Welch's p and the TOST p are Holm-adjusted over that env's claim rows
+    (``stats.holm``), and the verdict uses the adjusted values. ``tost_margin`` (from ``margins``, per env:
+    ``EQUIVALENCE_MARGIN x (best - random)``) makes equivalence decidable; without one no row is equivalent.
+    ``windows`` (window name -> the scores under that final-score definition, ``WINDOWS``) adds each row's verdict
+    under each, and ``fragile`` when any differs from this table's. ``seeds_for_power``: runs per side for 80% power
+    at the observed effect with alpha = 0.05 / (family size), the bar the row's smallest p must pass under Holm;
+    given for rows without a verdict either way (inconclusive), NaN otherwise.
+
+    Args:
+        scores: env -> configuration -> final scores (``scores_by_configuration``).
+        n_resamples: bootstrap resamples of the CIs.
+        margins: env -> TOST margin in the score's units.
+        windows: window name -> scores as ``scores``, for the robustness of each verdict.
+    """
+    margins = margins or {}
+    rows = _family_rows(scores, n_resamples, margins)
+    for name, other in (windows or {}).items():
+        theirs = {(r["env"], r["claim"]): r["verdict"] for r in _family_rows(other, n_resamples, margins)}
+        for r in rows:
+            r.setdefault("verdicts", {})[name] = theirs.get((r["env"], r["claim"]), INCONCLUSIVE)
+    for r in rows:
+        by_window = r.pop("verdicts", {})
+        r["fragile"] = any(v != r["verdict"] for v in by_window.values())
+        r["verdicts_by_window"] = "; ".join(f"{k}: {v.removesuffix(' at this budget')}" for k, v in by_window.items())
+    return rows
+
+
+def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
+                 margins: dict[str, float]) -> list[dict[str, Any]]:
+    """The claim rows of every env with Holm-adjusted p-values and verdicts (``claim_table`` without windows)."""
     rows: list[dict[str, Any]] = []
     for env, by_cfg in scores.items():
+        family: list[dict[str, Any]] = []
+        margin = margins.get(env, float("nan"))
         for claim, sup, base in claims(list(by_cfg)):
             x, y = by_cfg[sup], by_cfg[base]
             lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
             plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
-            p = welch_p(x, y)
-            rows.append({"env": env, "claim": claim, "super": sup, "baseline": base,
-                         "super_runs": len(x), "baseline_runs": len(y),
-                         "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
-                         "probability_of_improvement": float(probability_of_improvement(x, y)),
-                         "poi_ci_low": float(plo), "poi_ci_high": float(phi), "welch_p": p,
-                         "verdict": verdict(float(lo), float(hi), p)})
+            family.append({"env": env, "claim": claim, "super": sup, "baseline": base,
+                           "super_runs": len(x), "baseline_runs": len(y),
+                           "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
+                           "probability_of_improvement": float(probability_of_improvement(x, y)),
+                           "poi_ci_low": float(plo), "poi_ci_high": float(phi), "welch_p": welch_p(x, y),
+                           "tost_margin": margin, "tost_p": welch_tost_p(x, y, margin), "x": x, "y": y})
+        p_holm = holm([r["welch_p"] for r in family])
+        tost_holm = holm([r.pop("tost_p") for r in family])
+        for r, p, t in zip(family, p_holm, tost_holm):
+            x, y = r.pop("x"), r.pop("y")
+            r.update(welch_p_holm=float(p), tost_p_holm=float(t), family=f"{env}: {len(family)} claims",
+                     verdict=verdict(r["ci_low"], r["ci_high"], float(p), float(t)))
+            r["seeds_for_power"] = (seeds_for_power(x, y, alpha=ALPHA / len(family)) if r["verdict"] == INCONCLUSIVE
+                                    else float("nan"))
+        rows += family
     return rows
 
 
@@ -353,22 +413,55 @@ def aggregate_metrics(norm: dict[str, dict[str, np.ndarray]], n_resamples: int =
 # random-policy returns (cached)
 
 
+TRAINING_ONLY_ENV_FIELDS = ("truncation_is_terminal", "seed_offset", "eval_seed_offset", "opponent_epsilon",
+                            "opponent_epsilon_final", "opponent_epsilon_timesteps", "opponent_allow_pickle")
+"""Env settings that only training games see: a random-policy return does not depend on them."""
+
+RANDOM_RETURNS_DATA = Path(__file__).resolve().parent.parent / "experiments" / "random_returns.json"
+"""The random-policy returns measured for the shipped env configurations (``random_returns`` reads them before
+measuring; each entry says how it was measured). ``python scripts/random_returns.py RUNS...`` adds missing ones."""
+
+
+def random_env_config(env_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The env as a random team's evaluation games see it: ``env_cfg`` completed with the defaults of fields added
+    since it was written, the opponent exploring at ``eval_opponent_epsilon``, training-only settings dropped
+    (``TRAINING_ONLY_ENV_FIELDS``), so both protocols and old run records share one key."""
+    import dataclasses
+
+    from suPER import config as C
+
+    try:
+        full = dataclasses.asdict(C.from_dict({"env": env_cfg}).env)
+    except (C.ConfigError, TypeError, ValueError):
+        full = dict(env_cfg)
+    return {k: v for k, v in full.items() if k not in TRAINING_ONLY_ENV_FIELDS}
+
+
 def env_key(env_cfg: dict[str, Any]) -> str:
-    """``<env>-<sha1 of the env config>[:10]``: a random return belongs to exactly one env configuration."""
-    text = json.dumps(env_cfg, sort_keys=True, default=str)
+    """``<env>-<sha1 of random_env_config>[:10]``: a random return belongs to exactly one env configuration."""
+    text = json.dumps(random_env_config(env_cfg), sort_keys=True, default=str)
     return f"{env_cfg.get('name', '?')}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
 
 
-def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RANDOM_EPISODES) -> dict[str, float]:
-    """Random-policy team return per env, measured with ``evaluation.random_team_return`` on the env config
-    of the env's first run folder, and cached in ``cache`` (JSON, keyed by :func:`env_key`).
+def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RANDOM_EPISODES,
+                   data: Path | None = RANDOM_RETURNS_DATA, log: Any = None) -> dict[str, float]:
+    """Random-policy team return per env, for the env config of the env's first run folder: read from ``data``
+    (the shipped measurements) or ``cache``, else measured with ``evaluation.random_team_return`` (``episodes``
+    episodes, seeded; tens of seconds per env) and stored in ``cache`` with how it was measured.
 
     Envs whose runs disagree on the env config (e.g. smoke and paper maps in one folder) use the first;
     curves that do not come from a run folder (W&B) get no random return.
+
+    Args:
+        log: called with a line before each measurement (what is measured, for how long roughly).
     """
     from suPER import config as C
 
     cache = Path(cache)
+    known: dict[str, Any] = {}
+    for source in (data, cache):
+        if source is not None and Path(source).is_file():
+            known.update(json.loads(Path(source).read_text()))
     stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
     out: dict[str, float] = {}
     changed = False
@@ -377,13 +470,23 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
             continue
         env_cfg = json.loads((Path(c.source) / "config.json").read_text())["env"]
         key = env_key(env_cfg)
-        if key not in stored:
+        if key not in known:
+            import dataclasses
+
             from suPER.evaluation import random_team_return
 
-            value = random_team_return(C.from_dict({"env": env_cfg}).env, episodes=episodes)
-            stored[key] = {"env": c.env, "random_team_return": value, "episodes": episodes, "env_config": env_cfg}
+            if log is not None:
+                log(f"random-policy return of {c.env} ({key}): measuring {episodes} episodes")
+            env = C.from_dict({"env": env_cfg}).env
+            env = dataclasses.replace(env, opponent_epsilon=env.eval_opponent_epsilon, opponent_epsilon_timesteps=0)
+            value = random_team_return(env, episodes=episodes)
+            known[key] = stored[key] = {
+                "env": c.env, "random_team_return": value, "episodes": episodes,
+                "measured_with": f"suPER.evaluation.random_team_return(env, episodes={episodes}): uniformly random "
+                                 "learners (actions from default_rng(0)) on a game reset once with seed 12345",
+                "env_config": random_env_config(env_cfg)}
             changed = True
-        out[c.env] = float(stored[key]["random_team_return"])
+        out[c.env] = float(known[key]["random_team_return"])
     if changed:
         atomic_write_json(cache, stored)
     return out
@@ -415,21 +518,29 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
     out_dir = Path(out_dir)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, CLAIM_COLUMNS)
+    families = ", ".join(dict.fromkeys(r["family"] for r in rows))
     lines = ["Claims: difference of IQM of final scores (mean of each run's last 10% of evaluations), SUPER minus "
              "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
-             "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on the final scores (two-sided). "
-             "Verdict: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), inconclusive otherwise "
-             "(or fewer than 2 runs a side). Both are asked because with 3 runs a side the bootstrap CI alone is "
-             "too narrow (it excludes 0 for two identical configurations ~4x too often).", "",
-             "| env | claim | runs | IQM difference | 95% CI | P(improvement) | 95% CI | Welch p | verdict |",
-             "|---|---|---:|---:|---|---:|---|---:|---|"]
+             "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on the final scores (two-sided), "
+             f"raw and Holm-adjusted over each env's claims (families: {families or '-'}). Verdict on the adjusted "
+             "p: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), equivalent (CI contains 0 and "
+             f"the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} x (best - random) of the env), "
+             "inconclusive otherwise (or fewer than 2 runs a side). Fragile: the verdict differs under another "
+             "final-score window (last 5%, 10%, 20% of evaluations, AUC = all of them). Seeds: runs per side for 80% "
+             "power at the observed effect (alpha 0.05 / family size), for inconclusive rows.", "",
+             "| env | claim | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | TOST p (Holm) | "
+             "verdict | by window | seeds for 80% power |",
+             "|---|---|---:|---:|---|---:|---:|---:|---|---|---:|"]
     for r in rows:
+        seeds = r["seeds_for_power"]
         lines.append(f"| {r['env']} | {r['claim']} ({r['baseline']}) | {r['super_runs']} vs {r['baseline_runs']} | "
                      f"{_fmt(r['iqm_difference'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
-                     f"{_fmt(r['probability_of_improvement'])} | [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
-                     f"{_fmt_p(r['welch_p'])} | {r['verdict']} |")
+                     f"{_fmt(r['probability_of_improvement'])} [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
+                     f"{_fmt_p(r['welch_p'])} ({_fmt_p(r['welch_p_holm'])}) | {_fmt_p(r['tost_p_holm'])} | "
+                     f"{r['verdict']}{' (fragile)' if r['fragile'] else ''} | {r['verdicts_by_window'] or '-'} | "
+                     f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
     if not rows:
-        lines.append("| - | no SUPER configuration with a baseline in these runs | | | | | | | |")
+        lines.append("| - | no SUPER configuration with a baseline in these runs | | | | | | | | | |")
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
@@ -472,26 +583,26 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), dpi=120)
     cfgs = agg["configurations"]
-    cmap = plt.get_cmap("tab10")
+    name, color = plotting.method_name, plotting.method_color
     for i, c in enumerate(cfgs):
         v, lo, hi = agg["iqm"][c]
         axes[0].errorbar([v], [i], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="o",
-                         color=cmap(i % 10), capsize=4)
+                         color=color(c), capsize=4)
         frac, plo, phi = agg["profiles"][c]
-        axes[1].plot(agg["taus"], frac, color=cmap(i % 10), label=c)
+        axes[1].plot(agg["taus"], frac, color=color(c), label=name(c))
         if not np.isnan(plo).all():
-            axes[1].fill_between(agg["taus"], plo, phi, color=cmap(i % 10), alpha=0.15, linewidth=0)
-    axes[0].set_yticks(range(len(cfgs)), cfgs, fontsize=7)
+            axes[1].fill_between(agg["taus"], plo, phi, color=color(c), alpha=0.15, linewidth=0)
+    axes[0].set_yticks(range(len(cfgs)), [name(c) for c in cfgs], fontsize=7)
     axes[0].set_xlabel("normalized IQM (95% stratified bootstrap CI)")
     axes[1].set_xlabel(r"normalized score $\tau$")
     axes[1].set_ylabel(r"fraction of runs with score > $\tau$")
-    axes[1].legend(fontsize=6.5)
+    axes[1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, frameon=False)
     for j, p in enumerate(agg["poi"]):
         v, lo, hi = p["value"], p["low"], p["high"]
         axes[2].errorbar([v], [j], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="s",
                          color="C0", capsize=4)
-    axes[2].set_yticks(range(len(agg["poi"])), [f"P({p['super']} > {p['baseline']})" for p in agg["poi"]],
-                       fontsize=7)
+    axes[2].set_yticks(range(len(agg["poi"])),
+                       [f"P({name(p['super'])} > {name(p['baseline'])})" for p in agg["poi"]], fontsize=7)
     axes[2].axvline(0.5, color="grey", ls="--", lw=0.8)
     axes[2].set_xlabel("probability of improvement (mean over envs)")
     for ax in axes:
@@ -505,26 +616,45 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     return png, svg
 
 
-def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = 0.1, n_resamples: int = 2000,
-           random: dict[str, float] | None = None, name: str | None = None) -> dict[str, Path]:
+def margins_of(info: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """env -> TOST margin: ``EQUIVALENCE_MARGIN x (best - random)`` of each env that could be normalized."""
+    return {env: EQUIVALENCE_MARGIN * (r["best"] - r["random"]) for env, r in info.items() if r["used"]}
+
+
+def window_scores(curves: Sequence[RunCurve]) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Window name -> the final scores under that definition (``WINDOWS``), for the robustness of each verdict."""
+    return {name: scores_by_configuration(curves, fraction) for name, fraction in WINDOWS}
+
+
+def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAIN_WINDOW, n_resamples: int = 2000,
+           random: dict[str, float] | None = None, name: str | None = None, log: Any = None) -> dict[str, Path]:
     """Claim table and aggregate tables / figure for a set of runs, next to ``plotting.report``'s outputs.
 
     Args:
-        random: random-policy return per env; None measures them (cached in ``out_dir/random_returns.json``).
+        random: random-policy return per env; None reads or measures them (``random_returns``; measurements are
+            cached in ``out_dir/random_returns.json``).
         name: file stem prefix (``<name>_claims.md``, ``<name>_aggregate.png``, ...).
+        log: called with one line per phase (the CLI prints them), so a long analysis says what it does.
 
     Returns:
         Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, notes_csv, notes_md, and (when an
         env could be normalized) aggregate_png, aggregate_svg.
     """
+    say = log or (lambda line: None)
     out_dir = Path(out_dir)
     prefix = f"{name}_" if name else ""
+    finished = [c for c in curves if c.finished]
+    say(f"analysis: final scores of {len(finished)} finished run(s) (of {len(curves)})")
     scores = scores_by_configuration(curves, last_fraction)
     paths: dict[str, Path] = {}
-    paths["claims_csv"], paths["claims_md"] = write_claims(claim_table(scores, n_resamples), out_dir, f"{prefix}claims")
     if random is None:
-        random = random_returns(curves, out_dir / "random_returns.json")
+        random = random_returns(curves, out_dir / "random_returns.json", log=say)
     norm, info = normalize(scores, random)
+    say(f"analysis: claim table (Holm per env, TOST, {len(WINDOWS)} final-score windows, {n_resamples} bootstrap "
+        f"resamples)")
+    rows = claim_table(scores, n_resamples, margins_of(info), window_scores(curves))
+    paths["claims_csv"], paths["claims_md"] = write_claims(rows, out_dir, f"{prefix}claims")
+    say("analysis: aggregates across envs")
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")
     paths["notes_csv"], paths["notes_md"] = write_notes(campaign_notes(curves, info, last_fraction), out_dir,

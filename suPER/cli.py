@@ -11,6 +11,7 @@ Bad input exits with code 2 and a one-line ``error: <flag>: expected ..., got ..
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -179,7 +180,8 @@ def train(
     eval_parallel: Annotated[bool | None, typer.Option(
         "--eval-parallel/--no-eval-parallel", help="evaluate in a forked process while training goes on (one more "
         "core; same rows; paper: --eval_in_parallel)")] = None,
-    super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True)")] = False,
+    super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True); --super-mode, "
+                                         "--bandwidth, --window and --team need it")] = False,
     super_mode: Annotated[str | None, typer.Option("--super-mode", help=f"selection rule: {modes_help()} (rule parameters: --set relay.<param>, e.g. {_RULE_PARAMS_HELP})")] = None,
     bandwidth: Annotated[float | None, typer.Option(help="fraction of fresh transitions relayed, in [0, 1]")] = None,
     window: Annotated[int | None, typer.Option(help="|TD| window length for quantile/gaussian")] = None,
@@ -243,6 +245,7 @@ def train(
         flag = "--" + name.replace("_", "-")
         return typed.get(flag, flag)
 
+    _check_super_settings(flags, label)
     named, labels = C.named_settings(env, flags, label)
     named.update({"run.seed": seed, "run.out": str(out), "run.progress": progress})
     labels.update({"run.seed": label("seed"), "run.out": label("out"), "run.progress": label("progress"),
@@ -275,6 +278,32 @@ def train(
         with _pack_progress_bars(packed, Console(stderr=True)) as progress:
             outcomes = execute_pack(packed, overwrite=overwrite, backend=backend, progress=progress)
         raise typer.Exit(report(packed, outcomes))
+
+
+SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
+"""``train`` flags that only mean something with the relay on."""
+
+
+def _check_super_settings(flags: dict[str, Any], label: Callable[[str], str]) -> None:
+    """A SUPER setting given while SUPER was never switched on is refused, naming both flags: ``--bandwidth 0.3``
+    alone would otherwise train plain DDQN without a word. ``--no-super`` / ``--suPER False`` typed with it is the
+    user's own choice (the original's grid passed ``--suPER=False --suPER_bandwidth=0.0``) and is accepted.
+
+    Raises:
+        UserError: naming the setting as typed and the switch.
+    """
+    try:  # typer >= 0.29 vendors click as typer._click
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer
+        from click.core import ParameterSource  # type: ignore[no-redef]
+        from click.globals import get_current_context  # type: ignore[no-redef]
+    ctx = get_current_context(silent=True)
+    typed_switch = ctx is not None and ctx.get_parameter_source("super_") not in (None, ParameterSource.DEFAULT)
+    given = [name for name in SUPER_SETTINGS if flags.get(name) is not None]
+    if given and not flags.get("super") and not typed_switch:
+        raise UserError(f"{label(given[0])}: is a SUPER setting, but SUPER is off: add {label('super')} (paper: "
+                        f"--suPER True) to relay, or leave {label(given[0])} out")
 
 
 def _typed_flags() -> dict[str, str]:
@@ -599,6 +628,8 @@ def plot(
                                                               "probability of improvement; suPER/analysis.py)")] = False,
     marl_eval: Annotated[Path | None, typer.Option("--marl-eval", help="also write the runs as JSON in "
                                                                        "marl-eval's layout (suPER/export.py)")] = None,
+    figure_title: Annotated[str | None, typer.Option("--title", help="the figure's title (default: the campaign "
+                                                                     "folder's name)")] = None,
 ) -> None:
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
@@ -634,6 +665,10 @@ def plot(
         curves = plotting.load_run_curves(_find_runs([campaign_dir], "CAMPAIGN_DIR"), metric=metric,
                                           skipped=skipped)
         title, source = campaign_dir.resolve().name, str(campaign_dir)
+    if figure_title is not None:
+        if any(ch in figure_title for ch in "\n\r\t\0"):
+            raise UserError(f"--title: expected one line of text, got {figure_title!r}")
+        title = figure_title
     _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
     if analysis or marl_eval:
         _analysis(plotting.select_configurations(curves, config or []), target, last_fraction, name, analysis, marl_eval)
@@ -645,14 +680,17 @@ def _analysis(curves: list[Any], out: Path, last_fraction: float, name: str | No
     if claims:
         from suPER import analysis
 
-        paths = analysis.report(curves, out, last_fraction=last_fraction, name=name)
+        paths = analysis.report(curves, out, last_fraction=last_fraction, name=name,
+                                log=lambda line: print(line, file=sys.stderr, flush=True))
         print(paths["claims_md"].read_text(), end="")
         print(f"-> {', '.join(str(p) for p in paths.values())}")
     if marl_eval:
         from suPER import export
 
         try:
-            print(f"marl-eval JSON -> {export.write_marl_eval(curves, marl_eval, last_fraction)}")
+            path = export.write_marl_eval(curves, marl_eval, last_fraction,
+                                          warn=lambda line: print(line, file=sys.stderr))
+            print(f"marl-eval JSON -> {path}")
         except OSError as exc:
             raise UserError(f"--marl-eval: {marl_eval}: cannot write ({exc.strerror})") from exc
 

@@ -509,7 +509,10 @@ class _Experiment:
               f"only with --algo {' or '.join(relay_algo_names())}", f"--algo {u.algo}")
         for key in ("run.name", "run.tag"):
             value = getattr(u, key.split(".")[1])
-            check(is_folder_name(value, allow_empty=True), key, "a folder name without '/', '\\' or '..'", value)
+            check(is_folder_name(value, allow_empty=True), key, FOLDER_NAME, value)
+        if is_folder_name(u.tag, allow_empty=True) and is_folder_name(u.name, allow_empty=True):
+            check(is_folder_name(self.run_name), "run.name" if u.name else "run.tag",
+                  f"{FOLDER_NAME}: the run folder {self.run_name[:40]}... would be longer", u.name or u.tag)
         return self
 
     @property
@@ -786,11 +789,22 @@ def _in_range(spec: str, v: Any) -> tuple[str, bool]:
     return expected, ok
 
 
+NAME_LIMIT = 255
+"""Bytes of one path component (a folder name) on Linux file systems."""
+
+FOLDER_NAME = f"a folder name (no '/', '\\', '..' or control characters, at most {NAME_LIMIT} bytes)"
+"""What ``is_folder_name`` accepts, for messages."""
+
+
 def is_folder_name(name: str, allow_empty: bool = False) -> bool:
-    """A single path component: no separators, no ``..``, no NUL (a run name or tag becomes a folder name)."""
+    """A single path component: no separators, no ``..``, no control characters (a newline or tab in a run name
+    splits the job lists built from it), at most ``NAME_LIMIT`` bytes in UTF-8 (a run name or tag becomes a folder
+    name)."""
     if not name:
         return allow_empty
-    return not any(c in name for c in ("/", "\\", "\0")) and ".." not in name and name.strip() not in (".",)
+    return (not any(c in name for c in ("/", "\\")) and ".." not in name and name.strip() not in (".",)
+            and not any(ord(c) < 32 or ord(c) == 127 for c in name) and len(name.encode("utf-8", "surrogatepass"))
+            <= NAME_LIMIT)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,13 +20,14 @@ every run of a task: export finished campaigns (runs cut short have fewer steps)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from suPER import plotting
 from suPER.plotting import RunCurve
-from suPER.runs import atomic_write_json, read_metrics
+from suPER.runs import atomic_write_text, read_metrics
 
 ENV_NAME = "pettingzoo"
 """marl-eval ``env_name`` of every run (the task is our env)."""
@@ -64,7 +65,25 @@ def _wall_times(c: RunCurve) -> list[float]:
     return [0.0] * len(c.steps)
 
 
-def write_marl_eval(curves: Sequence[RunCurve], path: Path, last_fraction: float = 0.1) -> Path:
-    """Write :func:`marl_eval_data` to ``path`` (atomically). Returns ``path``."""
-    atomic_write_json(Path(path), marl_eval_data(curves, last_fraction))
+def uneven_seeds(data: dict[str, Any]) -> list[str]:
+    """Why marl-eval would not load ``data`` whole: its loaders keep only the seeds every (task, algorithm) has, so
+    unequal seed counts drop runs silently. ``task/algorithm N`` for each (task, algorithm) when the counts differ."""
+    counts = {(task, algo): len(seeds) for tasks in data.values() for task, algos in tasks.items()
+              for algo, seeds in algos.items()}
+    if len(set(counts.values())) <= 1:
+        return []
+    return [f"{task}/{algo} {n}" for (task, algo), n in counts.items()]
+
+
+def write_marl_eval(curves: Sequence[RunCurve], path: Path, last_fraction: float = 0.1,
+                    warn: Callable[[str], None] | None = None) -> Path:
+    """Write :func:`marl_eval_data` to ``path`` (atomically), keys in the order marl-eval reads them (``step_0,
+    step_1, ..., step_10``: its time-series functions take the steps in file order), and say through ``warn`` when
+    the export will not load whole (``uneven_seeds``). Returns ``path``."""
+    data = marl_eval_data(curves, last_fraction)
+    uneven = uneven_seeds(data)
+    if uneven and warn is not None:
+        warn(f"warning: marl-eval keeps only the seeds every task and algorithm has, so it will drop runs of "
+             f"{Path(path).name}; seeds: {', '.join(uneven)} (select equal sets with --config)")
+    atomic_write_text(Path(path), json.dumps(data, indent=2) + "\n")
     return Path(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import hashlib
 import io
 import json
 import math
@@ -52,9 +53,10 @@ def plot_curve(run_dirs: Sequence[Path], out_png: Path, title: str = "", metric:
         (line,) = ax.plot(x, y, marker="o", ms=3, label=Path(run_dir).name)
         std = cols.get(metric.replace("_mean", "_std"))
         if std is not None and metric.endswith("_mean"):
-            ax.fill_between(x, y - std, y + std, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.fill_between(x, y - std, y + std, color=line.get_color(), alpha=0.15, linewidth=0,
+                            label="± 1 std over the evaluation's episodes")
     ax.set_xlabel("env steps")
-    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylabel(metric.replace("_", " ") + " (mean over the evaluation's episodes)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -123,6 +125,79 @@ class Skipped:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}; skipped"
+
+
+METHOD_KINDS = ("no sharing", "SUPER quantile", "SUPER gaussian", "SUPER stochastic", "Share-all",
+                "Parameter sharing")
+"""The paper's methods in its order; each keeps one colour in every figure (``method_color``)."""
+
+ALGO_NAMES = {"ddqn": "DDQN", "dqn": "DQN", "qmix": "QMIX", "maddpg": "MADDPG", "seac": "SEAC"}
+"""Algorithm registry keys as the paper writes them."""
+
+
+def method_name(label: str) -> str:
+    """A configuration label as the paper names the method: ``ddqn`` -> ``DDQN (no sharing)``,
+    ``ddqn_super_quantile`` -> ``SUPER quantile``, ``ddqn_super_gaussian [shareall]`` -> ``Share-all``, ``ddqn_ps``
+    -> ``Parameter sharing``; plain DQN's say ``(DQN)``, a paper-protocol run's end in ``(paper)`` (where
+    ``gaussian_variance`` is the paper's own gaussian), other tags stay in brackets, other labels as they are."""
+    base, _, tag = label.partition(" [")
+    tag = tag.removesuffix("]")
+    paper = base.endswith(PAPER_SUFFIX)
+    base = base.removesuffix(PAPER_SUFFIX)
+    algo, _, rest = base.partition("_")
+    if algo not in ALGO_NAMES:
+        return label
+    dqn = algo in ("dqn", "ddqn")
+    suffix = (" (DQN)" if algo == "dqn" else "") + (PAPER_SUFFIX if paper else "")
+    tags = [t for t in tag.split(", ") if t and t != "shareall"]
+    if not dqn:
+        name = ALGO_NAMES[algo] + (f" {rest}" if rest else "")
+    elif "shareall" in tag.split(", "):
+        name = "Share-all"
+    elif rest == "ps":
+        name = "Parameter sharing"
+    elif rest.startswith("super_"):
+        rule = rest.removeprefix("super_")
+        name = "SUPER " + ("gaussian" if rule == "gaussian_variance" and paper else
+                           "gaussian (variance)" if rule == "gaussian_variance" else rule.replace("_", " "))
+    elif not rest:
+        name = f"{ALGO_NAMES[algo]} (no sharing)" if algo == "ddqn" else "no sharing"
+    else:
+        return label
+    return name + suffix + (f" [{', '.join(tags)}]" if tags else "")
+
+
+def _method_order(label: str) -> tuple[int, str]:
+    """Sort key: the paper's order of methods (``METHOD_KINDS``), then the label."""
+    name = method_name(label)
+    return next((i for i, k in enumerate(METHOD_KINDS) if name.removeprefix("DDQN (").startswith(k)),
+                len(METHOD_KINDS)), label
+
+
+def method_color(label: str) -> Any:
+    """One colour per method in every panel and figure: the tab10 hue of its ``METHOD_KINDS`` entry, whatever the
+    protocol (``plot_bands`` tells the protocols apart by line style); other labels a grey shade by name."""
+    import matplotlib
+
+    kind = _method_order(label)[0]
+    if kind == len(METHOD_KINDS):
+        shade = int(hashlib.sha1(label.encode()).hexdigest(), 16) % 4
+        return matplotlib.colormaps["Greys"](0.45 + 0.12 * shade)
+    return matplotlib.colormaps["tab10"](kind)
+
+
+def caption(curves: Sequence[RunCurve]) -> str:
+    """What a figure's runs are, for its caption: protocol(s), budget per env, evaluations per run."""
+    protocols = sorted({"paper" if PAPER_SUFFIX in c.label else "ours" for c in curves})
+    budgets: dict[str, int] = {}
+    for c in sorted(curves, key=lambda c: (ENV_NAMES.index(c.env) if c.env in ENV_NAMES else 99, c.env)):
+        if len(c.steps):
+            budgets[c.env] = max(budgets.get(c.env, 0), int(max(c.steps)))
+    evals = sorted({len(c.steps) for c in curves})
+    span = f"{evals[0]}" if len(evals) == 1 else f"{evals[0]}-{evals[-1]}"
+    return (f"Protocol: {' and '.join(protocols)}" + (" (ours dashed)" if len(protocols) > 1 else "") + ". Budget: "
+            + ", ".join(f"{env.replace('_', ' ')} {steps / 1000:g}k" for env, steps in budgets.items())
+            + f" env steps; {span} evaluations per run, each the mean of its greedy episodes.")
 
 
 PAPER_SUFFIX = " (paper)"
@@ -495,6 +570,11 @@ def write_table(rows: Sequence[dict[str, Any]], out_dir: Path, metric: str = DEF
     return csv_path, md_path
 
 
+def bands_as_curves(bands: Sequence[Band]) -> list[RunCurve]:
+    """Each band as a curve of its mean (env, label, steps), for ``caption``."""
+    return [RunCurve(b.env, b.label, 0, np.asarray(b.steps), np.asarray(b.mean), "") for b in bands]
+
+
 def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRIC, title: str = "",
                stem: str = "team_return", unfinished: Sequence[RunCurve] = ()) -> tuple[Path, Path]:
     """One panel per env, one curve per configuration (mean, 95% bootstrap band); PNG and SVG.
@@ -514,30 +594,44 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     envs = sorted(dict.fromkeys([b.env for b in bands] + [c.env for c in unfinished]),
                   key=lambda e: (ENV_NAMES.index(e) if e in ENV_NAMES else 99, e))
     fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 4.0), dpi=120, squeeze=False)
-    labels = sorted({b.label for b in bands} | {c.label for c in unfinished})
-    cmap = plt.get_cmap("tab20" if len(labels) > 10 else "tab10")
-    color = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    from matplotlib.ticker import FuncFormatter
+
+    labels = sorted({b.label for b in bands} | {c.label for c in unfinished}, key=_method_order)
+    both = len({PAPER_SUFFIX in lab for lab in labels}) > 1  # both protocols: ours dashed, the paper's solid
+    handles: dict[str, Any] = {}
     for ax, env in zip(axes[0], envs):
+        runs = sorted({b.n_runs for b in bands if b.env == env})
         for b in (b for b in bands if b.env == env):
-            ax.plot(b.steps, b.mean, color=color[b.label], lw=1.4, label=f"{b.label} (n={b.n_runs})")
+            style = "--" if both and PAPER_SUFFIX not in b.label else "-"
+            (line,) = ax.plot(b.steps, b.mean, color=method_color(b.label), lw=1.4, ls=style)
+            handles.setdefault(method_name(b.label), line)
             if not np.isnan(b.low).all():
-                ax.fill_between(b.steps, b.low, b.high, color=color[b.label], alpha=0.18, linewidth=0)
+                ax.fill_between(b.steps, b.low, b.high, color=method_color(b.label), alpha=0.18, linewidth=0)
         for (_, label), group in groups([c for c in unfinished if c.env == env]).items():
-            for i, c in enumerate(group):
-                ax.plot(c.steps, c.values, color=color[label], lw=0.9, ls="--", alpha=0.7,
-                        label=f"{label} (unfinished, n={len(group)})" if i == 0 else None)
-        ax.set_title(env)
+            for c in group:
+                (line,) = ax.plot(c.steps, c.values, color=method_color(label), lw=0.8, ls=":", alpha=0.8)
+                handles.setdefault(f"{method_name(label)} (unfinished run)", line)
+        n = "" if not runs else f"{runs[0]} runs" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs"
+        ax.set_title(env.replace("_", " ") + (f" ({n} per method)" if n else ""))
         ax.set_xlabel("env steps")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0"))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5, loc="best")
-    axes[0][0].set_ylabel(metric.replace("_", " ") + " (mean, 95% bootstrap CI)")
+    order = [method_name(lab) for lab in labels]
+    names = sorted(handles, key=lambda h: (order.index(h) if h in order else len(order), h))
+    axes[0][0].set_ylabel(metric.replace("_", " ") + "\n(mean over runs, band: 95% bootstrap CI)")
+    rows = -(-len(names) // 4)
+    fig.legend([handles[h] for h in names], names, loc="lower center", ncol=min(4, len(names)) or 1,
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.04))  # below the panels: never over the data
+    fig.text(0.5, 0.0, caption([*bands_as_curves(bands), *unfinished]), ha="center", va="bottom", fontsize=7.5,
+             color="0.3")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 * rows + 0.05 if names else 0.05, 1, 1))
     out_dir = Path(out_dir)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
-    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png"))
-    atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg"))
+    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable
+        atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
     plt.close(fig)
     return png, svg
 

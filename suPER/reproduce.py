@@ -44,11 +44,15 @@ class Figure:
     """grid file, relative to the repository root"""
     claims: bool
     """draw the claim table and the aggregates across envs (Figure 1); the sweep has one env and no baselines"""
+    title: str = ""
+    """the figure's title"""
 
 
 FIGURES = {
-    "fig1": Figure("fig1", "experiments/fig1.yaml", claims=True),
-    "bandwidth": Figure("bandwidth", "experiments/bandwidth_sweep.yaml", claims=False),
+    "fig1": Figure("fig1", "experiments/fig1.yaml", claims=True,
+                   title="Figure 1: the learning team's return in training, SUPER against the baselines"),
+    "bandwidth": Figure("bandwidth", "experiments/bandwidth_sweep.yaml", claims=False,
+                        title="SUPER's bandwidth: the learning team's return in training on pursuit"),
 }
 """``reproduce FIGURE`` -> its grid."""
 
@@ -223,11 +227,13 @@ def draw(figure: str, out: Path, n_resamples: int = 2000) -> dict[str, Path]:
 
     curves = plotting.load_run_curves(plotting.find_run_folders([out]))
     figures = Path(out) / "figures"
-    paths = plotting.report(curves, figures, title=f"{figure} ({Path(out).name})", name=figure,
+    paths = plotting.report(curves, figures, title=FIGURES[figure].title, name=figure,
                             n_resamples=n_resamples)
     if FIGURES[figure].claims:
-        paths.update(analysis.report(curves, figures, n_resamples=n_resamples, name=figure))
-    paths["marl_eval"] = export.write_marl_eval(curves, figures / f"{figure}_marl_eval.json")
+        paths.update(analysis.report(curves, figures, n_resamples=n_resamples, name=figure,
+                                     log=lambda line: print(line, flush=True)))
+    paths["marl_eval"] = export.write_marl_eval(curves, figures / f"{figure}_marl_eval.json",
+                                                warn=lambda line: print(line, flush=True))
     return paths
 
 

@@ -27,6 +27,7 @@ import platform
 import random
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,26 @@ TEMP_PREFIXES = ("config.json", "manifest.json", "metrics.csv", "curve.png", "la
 """Files of a run folder written by the atomic writers; their temp files are ``.<name>.<random><suffix>``."""
 
 
+def _umask() -> int:
+    """This process's umask (Linux: read from /proc without changing it; elsewhere set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_created(fd: int) -> None:
+    """Give a temp file the mode an ordinary new file gets (0666 less the umask): ``mkstemp`` makes it 0600, and the
+    rename keeps that, which would leave figures and tables in a shared results folder readable by their owner
+    only."""
+    os.fchmod(fd, 0o666 & ~_umask())
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see either the old or the new file, never half.
 
@@ -109,6 +130,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        _as_created(fd)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -172,7 +194,10 @@ def atomic_write_bytes(path: Path, writer: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    try:
+        _as_created(fd)
+    finally:
+        os.close(fd)
     try:
         with interrupt_after():
             writer(tmp)
@@ -383,6 +408,28 @@ class RunFolder:
         return count, size
 
 
+def _open_regular(path: Path, flags: int) -> int:
+    """``os.open`` of a file the suite writes in a run or population folder, never through a link: a symbolic link
+    (``O_NOFOLLOW``) or anything but a regular file (a FIFO, a device) there is refused, so a planted link cannot make
+    the writer truncate the link's target (any file the user can write).
+
+    Raises:
+        RunFolderError: naming the file and what it is.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise RunFolderError(f"{path}: expected a regular file written by this suite, got a symbolic link (not "
+                             f"followed); remove it") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFolderError(f"{path}: expected a regular file written by this suite, got another kind of file "
+                             f"(not used); remove it")
+    return fd
+
+
 class FolderLock:
     """The writer lock of a run folder: ``fcntl.flock`` on ``.writer.lock``.
 
@@ -406,7 +453,7 @@ class FolderLock:
         """
         path = self.folder.lock_file
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_regular(path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ci"]
+__all__ = ["bootstrap_ci", "holm", "seeds_for_power", "welch_tost_p"]
 
 
 def bootstrap_ci(samples: np.ndarray | tuple[np.ndarray, ...], statistic: Any, n_resamples: int = 2000,
@@ -41,3 +41,79 @@ def bootstrap_ci(samples: np.ndarray | tuple[np.ndarray, ...], statistic: Any, n
     res = bootstrap(strata, statistic, axis=0, vectorized=True, n_resamples=n_resamples,
                     confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
     return np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
+
+
+def holm(p_values: Any) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values of one family of tests (Holm 1979), in the input order.
+
+    With the m finite p-values sorted ascending, ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))`` (1-based i, j);
+    rejecting ``adj < alpha`` controls the family-wise error rate at alpha. NaN entries (tests that could not run)
+    stay NaN and do not count in m.
+    """
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+def welch_tost_p(x: Any, y: Any, margin: float) -> float:
+    """p-value of Welch's two one-sided tests (TOST; Schuirmann 1987) that ``|mean(x) - mean(y)| < margin``.
+
+    ``d = mean(x) - mean(y)``, ``se = sqrt(var(x)/n_x + var(y)/n_y)`` (sample variances), Welch-Satterthwaite df;
+    ``p = max(P(T > (d + margin) / se), P(T < (d - margin) / se))``. Equivalence within the margin is shown at level
+    alpha when ``p < alpha``. NaN with fewer than 2 runs a side or a margin <= 0; both sides without spread give 0
+    when ``|d| < margin`` (a sure equivalence), else 1.
+    """
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or len(y) < 2 or not margin > 0:
+        return float("nan")
+    d = x.mean() - y.mean()
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = np.sqrt(vx + vy)
+    if se == 0:
+        return 0.0 if abs(d) < margin else 1.0
+    df = (vx + vy) ** 2 / ((vx**2 / (len(x) - 1) if vx else 0.0) + (vy**2 / (len(y) - 1) if vy else 0.0))
+    lower = stats.t.sf((d + margin) / se, df)  # H0: d <= -margin
+    upper = stats.t.cdf((d - margin) / se, df)  # H0: d >= +margin
+    return float(max(lower, upper))
+
+
+def seeds_for_power(x: Any, y: Any, alpha: float = 0.05, power: float = 0.8, limit: int = 10_000) -> float:
+    """Runs per side a two-sided two-sample t-test needs for ``power`` at the observed effect (Cohen 1988).
+
+    The effect is the observed mean difference over the pooled standard deviation of the runs,
+    ``delta = |mean(x) - mean(y)| / s_pooled``; with n runs a side the test statistic is noncentral t with
+    ``df = 2n - 2`` and noncentrality ``delta * sqrt(n / 2)``, and power is ``P(|T| > t_{1 - alpha/2, df})``. Returns
+    the smallest n >= 2 reaching ``power``, inf when none up to ``limit`` does (no observed effect), NaN with
+    fewer than 2 runs a side. An estimate: the observed effect of a few runs is itself uncertain.
+    """
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or len(y) < 2:
+        return float("nan")
+    pooled = np.sqrt(((len(x) - 1) * x.var(ddof=1) + (len(y) - 1) * y.var(ddof=1)) / (len(x) + len(y) - 2))
+    diff = abs(x.mean() - y.mean())
+    if diff == 0:
+        return float("inf")
+    if pooled == 0:
+        return 2.0
+    delta = diff / pooled
+
+    def achieved(n: np.ndarray) -> np.ndarray:
+        df = 2 * n - 2
+        crit = stats.t.ppf(1 - alpha / 2, df)
+        nc = delta * np.sqrt(n / 2)
+        return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+
+    n = np.arange(2, limit + 1)
+    reached = np.flatnonzero(achieved(n) >= power)
+    return float(n[reached[0]]) if len(reached) else float("inf")

@@ -304,3 +304,104 @@ def test_claims_pair_configurations_within_one_protocol() -> None:
     assert not any(c.endswith("(paper)") != s.endswith("(paper)") or s.endswith("(paper)") != b.split(" [")[0]
                    .endswith("(paper)") for c, s, b in got)
     assert not any(b == "ddqn_ps" and s.endswith("(paper)") for _, s, b in got)  # no paper baseline: no claim
+
+
+def test_holm_adjusts_one_family_as_the_textbook_example() -> None:
+    """Holm (1979) on p = (.01, .04, .03, .005): sorted .005 x 4, .01 x 3, .03 x 2, .04 x 1, made monotone ->
+    (.03, .06, .06, .02); a NaN test does not count in the family."""
+    from suPER.stats import holm
+
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    got = holm([0.01, np.nan, 0.04, 0.03, 0.005])
+    assert np.isnan(got[1])
+    np.testing.assert_allclose(got[[0, 2, 3, 4]], [0.03, 0.06, 0.06, 0.02])
+    np.testing.assert_allclose(holm([0.5, 0.9]), [1.0, 1.0])  # 2 x .5 caps at 1; monotone: .9 cannot undercut it
+
+
+def test_tost_shows_equivalence_only_within_the_margin() -> None:
+    """Two samples of one distribution are shown equivalent at a margin of 1 sd with many runs, not at 0.05 sd; a
+    shift of 2 sd is never equivalent at 1 sd. The p-value is the larger one-sided p (checked against scipy)."""
+    from scipy import stats
+
+    from suPER.stats import welch_tost_p
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(0, 1, 200), rng.normal(0, 1, 200)
+    assert welch_tost_p(x, y, 1.0) < 1e-6 and welch_tost_p(x, y, 0.05) > 0.05
+    assert welch_tost_p(x + 2, y, 1.0) > 0.99
+    lower = stats.ttest_ind(x + 0.3, y, equal_var=False, alternative="greater").pvalue  # H0 d <= -margin, margin .3
+    upper = stats.ttest_ind(x - 0.3, y, equal_var=False, alternative="less").pvalue
+    assert welch_tost_p(x, y, 0.3) == pytest.approx(max(lower, upper), rel=1e-9)
+    assert np.isnan(welch_tost_p(x[:1], y, 1.0)) and np.isnan(welch_tost_p(x, y, 0.0))
+
+
+def test_seeds_for_power_matches_cohens_table() -> None:
+    """A standardized effect of d = 1 (two-sided alpha .05, power .8) needs 17 runs a side, d = 0.5 needs 64
+    (Cohen 1988, table 2.4.1); no difference needs infinitely many."""
+    from suPER.stats import seeds_for_power
+
+    base = np.array([-1.0, 1.0] * 10)
+    unit = base / base.std(ddof=1)  # sample sd exactly 1
+    assert seeds_for_power(unit + 1.0, unit) == 17
+    assert seeds_for_power(unit + 0.5, unit) == 64
+    assert seeds_for_power(unit, unit) == float("inf") and np.isnan(seeds_for_power(unit[:1], unit))
+    assert seeds_for_power(unit + 1.0, unit, alpha=0.05 / 6) > 17  # a family's stricter bar needs more
+
+
+def _curve(env: str, label: str, seed: int, values: list[float]) -> P.RunCurve:
+    steps = np.arange(len(values)) * 1000
+    return P.RunCurve(env=env, label=label, seed=seed, steps=steps, values=np.asarray(values, float),
+                             source=f"{env}/{label}/{seed}", status="finished")
+
+
+def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_known_answers() -> None:
+    from suPER.stats import holm
+
+    """Synthetic runs whose answers are known: SUPER far above no sharing (holds under every window), equal to
+    parameter sharing within a tight spread (equivalent within a margin of 10% of best - random), and above share-all
+    only in the last evaluations, below it before, equal on the whole curve (holds on the last 10%, equivalent on the
+    AUC: fragile). The Holm-adjusted p is the
+    family's, and an inconclusive row gets the seeds it would need."""
+    flat = [0.0] * 20
+    curves = []
+    for s, noise in enumerate((-1.0, 0.0, 1.0, 0.5, -0.5), 1):
+        curves.append(_curve("e", "ddqn_super_quantile", s, [100 + noise] * 20))
+        curves.append(_curve("e", "ddqn", s, [v + noise for v in flat]))
+        curves.append(_curve("e", "ddqn_ps", s, [100 - noise * 0.9] * 20))
+        # share-all 20/3 above SUPER for 18 of 20 evaluations, 60 below for the last 2: the same mean over all 20
+        curves.append(_curve("e", "ddqn_super_gaussian [shareall]", s, [100 + noise + 20 / 3] * 18 + [40 + noise] * 2))
+    scores = A.scores_by_configuration(curves)
+    margins = A.margins_of(A.normalize(scores, {"e": 0.0})[1])
+    assert margins == {"e": pytest.approx(0.1 * 100.0)}  # best ~100, random 0
+    rows = {r["claim"]: r for r in A.claim_table(scores, 500, margins, A.window_scores(curves))}
+    none, ps, share = rows["SUPER-quantile - no sharing"], rows["SUPER-quantile - parameter sharing"], \
+        rows["SUPER-quantile - share-all"]
+    assert none["verdict"] == A.HOLDS and not none["fragile"]
+    assert ps["verdict"] == A.EQUIVALENT and ps["tost_p_holm"] < 0.05
+    assert share["verdict"] == A.HOLDS and share["fragile"] and "AUC: equivalent" in share["verdicts_by_window"]
+    raw = [rows[c]["welch_p"] for c in rows]
+    np.testing.assert_allclose([rows[c]["welch_p_holm"] for c in rows], holm(raw))
+    assert all(r["family"] == "e: 3 claims" for r in rows.values())
+    assert all(np.isnan(r["seeds_for_power"]) for r in rows.values())  # decided rows need no more seeds
+    few = [_curve("f", lab, s, [v] * 10) for s, (a, b) in enumerate(((1.0, 0.0), (0.0, 0.4), (2.0, 0.5)), 1)
+           for lab, v in (("ddqn_super_quantile", a), ("ddqn", b))]
+    (row,) = A.claim_table(A.scores_by_configuration(few), 500)
+    assert row["verdict"] == A.INCONCLUSIVE and 3 < row["seeds_for_power"] < 1000
+
+
+def test_marl_eval_export_keeps_steps_in_order_and_warns_of_uneven_seeds(tmp_path: Path) -> None:
+    """marl-eval's time-series functions take a run's ``step_<i>`` entries in file order, so the export writes
+    step_0, step_1, ..., step_11 in that order (not the sorted step_0, step_1, step_10, ...); and as marl-eval keeps
+    only the seeds every task and algorithm has, an uneven export says which runs it would drop."""
+    curves = [curve("pursuit", "ddqn", s, np.arange(12.0)) for s in (1, 2, 3)]
+    curves += [curve("pursuit", "ddqn_super_quantile", s, np.arange(12.0)) for s in (1, 2)]
+    warned: list[str] = []
+    path = X.write_marl_eval(curves, tmp_path / "me.json", warn=warned.append)
+    run = json.loads(path.read_text())[X.ENV_NAME]["pursuit"]["ddqn"]["seed_1"]
+    steps = [k for k in run if k.startswith("step_")]
+    assert steps == [f"step_{i}" for i in range(12)]  # json.loads keeps the file's order
+    assert [run[k]["step_count"] for k in steps] == sorted(run[k]["step_count"] for k in steps)
+    assert len(warned) == 1 and "seeds: pursuit/ddqn 3, pursuit/ddqn_super_quantile 2" in warned[0]
+    warned.clear()
+    X.write_marl_eval(curves[:3], tmp_path / "even.json", warn=warned.append)
+    assert warned == []

@@ -225,3 +225,59 @@ def test_load_run_curves_reads_the_between_episode_std_next_to_the_metric(tmp_pa
     assert c.episode_std is not None and c.episode_std[:2].tolist() == [0.0, 2.5] and np.isnan(c.episode_std[2])
     (c,) = P.load_run_curves([folder], metric="loss")
     assert c.episode_std is None
+
+
+def test_method_names_are_the_papers() -> None:
+    from suPER.plotting import method_name
+
+    assert method_name("ddqn") == "DDQN (no sharing)"
+    assert method_name("ddqn_super_quantile") == "SUPER quantile"
+    assert method_name("ddqn_super_gaussian [shareall]") == "Share-all"
+    assert method_name("ddqn_ps") == "Parameter sharing"
+    assert method_name("ddqn_super_gaussian_variance (paper)") == "SUPER gaussian (paper)"  # the paper's gaussian
+    assert method_name("ddqn_super_gaussian_variance") == "SUPER gaussian (variance)"
+    assert method_name("ddqn_super_gaussian_variance (paper) [shareall]") == "Share-all (paper)"
+    assert method_name("dqn_super_stochastic") == "SUPER stochastic (DQN)"
+    assert method_name("ddqn_super_quantile [bw005]") == "SUPER quantile [bw005]"
+    assert method_name("qmix") == "QMIX" and method_name("my-run-name") == "my-run-name"
+
+
+def test_figure_legend_names_methods_as_the_paper_below_the_panels(tmp_path: Path) -> None:
+    """The drawn figure (read back from its SVG text): the paper's method names, no internal labels, one colour
+    per method in both panels, the legend below the axes (off the data), and a caption with protocol and budget."""
+    import re
+
+    rng = np.random.default_rng(0)
+    curves = [P.RunCurve(env, label, s, np.arange(5) * 1000.0, rng.normal(size=5), f"/x/{env}/{label}/{s}")
+              for env in ("pursuit", "battle") for label in ("ddqn", "ddqn_super_quantile",
+                                                             "ddqn_super_gaussian [shareall]", "ddqn_ps")
+              for s in (1, 2)]
+    png, svg = P.plot_bands(P.aggregate(curves, n_resamples=50), tmp_path, title="Figure 1")
+    text = svg.read_text()
+    shown = set(re.findall(r">([^<>]+)</text>", text))
+    assert {"DDQN (no sharing)", "SUPER quantile", "Share-all", "Parameter sharing"} <= shown
+    assert not shown & {"ddqn", "ddqn_ps", "ddqn_super_quantile", "ddqn_super_gaussian [shareall]"}
+    assert any(t.startswith("Protocol: ours. Budget: pursuit 4k, battle 4k env steps") for t in shown)
+    assert P.method_color("ddqn_ps") == P.method_color("ddqn_ps (paper)") != P.method_color("ddqn")
+    legend_y = float(re.search(r'<g id="legend_1">.*?<path d="M ([\d.]+) ([\d.]+)', text, re.S).group(2))
+    axes_bottom = max(float(m) for m in re.findall(r'<g id="axes_\d+">\s*<g id="patch_\d+">\s*<path d="M [\d.]+ ([\d.]+)',
+                                                     text))
+    assert legend_y > axes_bottom  # SVG y grows downwards: the legend starts below every panel
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_respect_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    """Figures, tables and run records get the mode of any new file (0666 less the umask), not the temp file's 0600:
+    a team's shared results folder stays readable to the team, and a private umask stays private."""
+    import subprocess
+    import sys
+
+    from suPER.config import ROOT
+
+    code = (f"import os; os.umask({umask}); from suPER import cli; "
+            f"raise SystemExit(cli.main(['plot', {str(ROOT / 'results' / 'fig1')!r}, '--out', {str(tmp_path)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    written = [p for p in tmp_path.iterdir() if p.is_file()]
+    assert {p.suffix for p in written} >= {".png", ".svg", ".md", ".csv"}
+    assert {p.stat().st_mode & 0o777 for p in written} == {mode}

@@ -60,13 +60,17 @@ def test_plot_redraws_the_figure_and_table_from_the_records(tmp_path: Path) -> N
     assert sum(int(r["runs"]) for r in table) == len(RUNS)  # every record lands in exactly one table row
 
 
+CLAIM_CELLS = 12
+"""cells of a claim-table row (a final-score row has one per configuration plus the env)"""
+
+
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
     """Markdown table rows by key: a final-score row by its env cell, a claim row by (env, SUPER rule, baseline)."""
     rows = {}
     for line in text.splitlines():
         if line.startswith("| ") and not line.startswith(("| env |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[tuple(cells[:3]) if len(cells) == 9 else (cells[0],)] = cells
+            rows[tuple(cells[:3]) if len(cells) == CLAIM_CELLS else (cells[0],)] = cells
     return rows
 
 
@@ -126,3 +130,26 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert r.returncode != 0 and "doubled evaluations [1]" in r.stdout  # a resume that logged a row twice
+
+
+def test_plot_analysis_on_the_records_reads_shipped_random_returns_and_says_what_it_does(tmp_path: Path) -> None:
+    """``super-marl plot results/fig1 --analysis`` through the real CLI: each phase is announced on stderr, the
+    random-policy returns come from experiments/random_returns.json (nothing measured), and the claim table holds
+    every claim of the records with Holm-adjusted p, TOST, window verdicts and the seeds column."""
+    import subprocess
+
+    from suPER import analysis, plotting
+
+    r = subprocess.run([sys.executable, "-m", "suPER.cli", "plot", str(FIG1), "--analysis", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 0, r.stderr
+    assert "analysis: final scores of" in r.stderr and "analysis: claim table (Holm per env" in r.stderr
+    assert "measuring" not in r.stderr  # the shipped measurements cover the records' env configurations
+    rows = list(csv.DictReader((tmp_path / "claims.csv").open()))
+    scores = analysis.scores_by_configuration(plotting.load_run_curves(plotting.find_run_folders([FIG1])))
+    assert len(rows) == sum(len(analysis.claims(list(by_cfg))) for by_cfg in scores.values())
+    for row in rows:
+        assert row["verdict"] in (analysis.HOLDS, analysis.FAILS, analysis.EQUIVALENT, analysis.INCONCLUSIVE)
+        assert float(row["welch_p_holm"]) >= float(row["welch_p"]) and row["fragile"] in ("True", "False")
+        assert row["verdicts_by_window"].count(":") == len(analysis.WINDOWS)
+    assert not (tmp_path / "random_returns.json").exists()

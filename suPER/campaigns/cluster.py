@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,20 @@ RUNTIME_ENV_FILE = C.ROOT / "ray_runtime.yaml"
 """Runtime environment of submitted jobs (ships the repository as the jobs' working_dir)."""
 
 SECRET_ENV_VARS = ("WANDB_API_KEY", "RAY_AUTH_TOKEN")
-"""Never sent to the cluster. Ray writes a job's runtime env into world-readable logs
+"""Never sent to the cluster (nor any name ``SECRET_NAME`` matches). Ray writes a job's runtime env into world-readable logs
 (``runtime_env_agent.log``) and serves it from the dashboard (``/api/jobs/``), so a secret in it is a
 leaked secret. The nodes authenticate W&B with a netrc file that the cluster launcher installs with mode
 0600 (``cluster/aws.yaml``; docs/decisions.md, "Security"); a secret named in ``ray_runtime.yaml`` is refused."""
+
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|PRIVATE|SESSION|COOKIE|NETRC", re.IGNORECASE)
+"""An env var name that looks like it holds a secret (``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``, ``DB_PASSWORD``):
+refused in a runtime env, whatever its value."""
+
+SECRET_FILES = (".env", ".env.*", "*.env", ".netrc", "*.netrc", "*.key", "*.pem", "*.p12", "*.pfx", "id_rsa*",
+                "id_ed25519*", "id_ecdsa*", ".aws", ".ssh", ".git-credentials", "*.token", "credentials*")
+"""Excluded from every job's working_dir upload, whatever ``ray_runtime.yaml`` says: the whole checkout is the
+jobs' working directory, untracked files included, and Ray unpacks it world-readable on the nodes."""
 
 
 CLUSTER_NETRC = Path("~/.config/super-marl/wandb.netrc")
@@ -81,19 +92,28 @@ def runtime_env(path: str | Path = RUNTIME_ENV_FILE) -> dict[str, Any]:
     """
     try:
         env = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ClusterError(f"--runtime-env: cannot read {path} ({' '.join(str(exc).split())})") from None
+    except OSError as exc:
+        raise ClusterError(f"--runtime-env: cannot read {path} ({exc.strerror})") from None
+    except yaml.YAMLError as exc:  # the line is not echoed: it may hold a secret
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ClusterError(f"--runtime-env: {path}: expected YAML, got a syntax error{where} (the line is not "
+                           f"shown: it may hold a secret)") from None
     if not isinstance(env, dict) or not isinstance(env.get("env_vars") or {}, dict):
         raise ClusterError(f"--runtime-env: {path}: expected a mapping with an env_vars mapping, "
                            f"got {type(env).__name__}")
     env_vars = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
-    secret = sorted(set(env_vars) & set(SECRET_ENV_VARS))
+    secret = sorted(k for k in env_vars if k in SECRET_ENV_VARS or SECRET_NAME.search(k))
     if secret:
         raise ClusterError(f"--runtime-env: {path}: expected no secrets in env_vars (Ray logs and serves them), "
                            f"got {', '.join(secret)}; authenticate W&B on the nodes with a netrc file "
                            f"(cluster/aws.yaml)")
+    excludes = env.get("excludes") or []
+    if not isinstance(excludes, list) or not all(isinstance(x, str) for x in excludes):
+        raise ClusterError(f"--runtime-env: {path}: expected excludes to be a list of patterns, got {excludes!r}")
     env["working_dir"] = str(C.ROOT)
     env["env_vars"] = env_vars
+    env["excludes"] = [*excludes, *(x for x in SECRET_FILES if x not in excludes)]
     return env
 
 
@@ -113,6 +133,19 @@ def _out_arg(out: str) -> str:
     import shlex
 
     return "~/" + shlex.quote(out[2:]) if out.startswith("~/") else shlex.quote(out)
+
+
+def _one_line(args: Sequence[str], where: str) -> None:
+    """Refuse a job argument holding a control character: a quoted newline or tab is still one in the command
+    line, and job lists (``--print-jobs``, run_all.sh) are one job per line, fields split at tabs.
+
+    Raises:
+        GridError: naming ``where`` and the argument.
+    """
+    for a in args:
+        if any(ord(c) < 32 or ord(c) == 127 for c in a):
+            raise GridError(f"{where}: {a!r}: expected a value without control characters (newline, tab, ...); a job "
+                            f"command cannot carry them")
 
 
 def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", cpus: float = 1.0,
@@ -152,6 +185,7 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
         for r in todo:
             args = ["python", "-m", "suPER.cli", "train", *r.cli_args(), "--no-progress", "--skip-finished",
                     "--threads", str(threads), "--device", device, *wb]
+            _one_line(args, f"{r.where}: entry {r.entry!r}")
             jobs.append(Job(f"{grid.name}-{r.run_name}-{stamp}", f"{shlex.join(args)} --out {_out_arg(out)}",
                             cpus, gpus, [r.run_name]))
         return jobs
@@ -163,6 +197,7 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
     args = ["python", "-m", "suPER.cli", "grid", "run", str(rel), "--cpus-per-trial", str(cpus),
             "--gpus-per-trial", str(gpus), *[a for f in filters for a in ("--filter", f)],
             *(["--seeds", seeds] if seeds else []), *wb]
+    _one_line(args, "--filter / --seeds")
     return [Job(f"{grid.name}-grid-{stamp}", f"{shlex.join(args)} --out {_out_arg(out)}", 0.0, 0.0,
                 [r.run_name for r in todo])]
 

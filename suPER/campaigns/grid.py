@@ -53,6 +53,9 @@ ENTRY_ONLY_KEYS = ("name", "pending", "note", "sweep", "seeds")
 FLAG_NAMES = (*C.FLAG_KEYS, *SPECIAL_KEYS)
 """Everything a ``defaults`` / ``env_defaults`` block may hold."""
 
+SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
+"""Flags that only mean something with the relay on: refused in an entry that never sets ``super``."""
+
 BOOL_FLAGS = {"super": "super", "parameter_sharing": "parameter-sharing", "wandb": "wandb",
               "legacy": "legacy", "quick": "quick"}
 """Boolean flags -> their ``--X/--no-X`` option stem."""
@@ -403,7 +406,7 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     at = {k: f"{file}:{_line(data, k)}" for k in data}
     if "name" in data:
         if not isinstance(data["name"], str) or not C.is_folder_name(data["name"]):
-            raise GridError(f"{at['name']}: name: expected a folder name without '/', '\\' or '..', "
+            raise GridError(f"{at['name']}: name: expected {C.FOLDER_NAME}, "
                             f"got {data['name']!r}")
         merged["name"] = data["name"]
     if "description" in data:
@@ -522,6 +525,10 @@ def _expand_entry(entry: dict[str, Any], where: str, defaults: dict[str, Any],
     for point in points:
         point_flags = dict(flags, **point)
         name = entry["name"]
+        relay_only = [k for k in SUPER_SETTINGS if point_flags.get(k) is not None]
+        if relay_only and "super" not in point_flags and not entry.get("pending"):
+            raise GridError(f"{where}: entry {name!r}: {relay_only[0]}: is a SUPER setting, but super is not set: add "
+                            f"super: true to relay (super: false keeps it off on purpose)")
         if point:
             name += "[" + ",".join(f"{k}={_scalar_text(v)}" for k, v in point.items()) + "]"
             own_tag = [str(flags["tag"])] if flags.get("tag") else []

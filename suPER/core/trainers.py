@@ -485,3 +485,14 @@ def _make_env_if_multi_agent(env: Any, env_config: Any) -> Any:
             return instance
         instance.close()
     return None
+
+
+def _register_with_tune() -> None:
+    """Register ``suPERDQN`` under its name, as RLlib's built-in algorithms are, so ``tune.Tuner("suPERDQN", ...)``
+    and ``tune.run("suPERDQN")`` work after ``import suPER.core``, like ``tune.Tuner("DQN", ...)``."""
+    from ray.tune.registry import register_trainable
+
+    register_trainable("suPERDQN", suPERDQN)
+
+
+_register_with_tune()

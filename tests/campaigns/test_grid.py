@@ -135,7 +135,7 @@ GOOD = "runs:\n  - {name: a, env: pursuit, algo: ddqn}\n"
     ("defaults: {eval_episodes: many}\n" + GOOD, 1, "defaults: eval_episodes: expected an integer"),
     ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super: true, sweep: {bandwidth: [0.1, x]}}\n", 2,
      "sweep: bandwidth"),
-    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super_mode: median}\n", 2,
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn, super: true, super_mode: median}\n", 2,
      "super_mode: expected one of quantile, gaussian"),
 ])
 def test_malformed_grid_names_file_line_and_problem(tmp_path: Path, text: str, line: int, needle: str) -> None:

@@ -236,7 +236,8 @@ def test_remote_env_runner_smoke(tiny_training: dict, tiny_model: dict) -> None:
 
 
 def test_tune_smoke(two_agent_env: type, tiny_training: dict, tiny_model: dict, tmp_path: Any) -> None:
-    """Tune runs the trial in an actor (the local env class pickles by value) and checkpoints at the end.
+    """Tune runs the trial in an actor (the local env class pickles by value) and checkpoints at the end; the
+    algorithm is found by its registered name, as RLlib's built-ins are.
 
     (MultiAgentCartPole cannot be used here: its int agent ids break RLlib 2.60's MetricsLogger.get_state,
     i.e. every checkpoint, for plain DQN too.)
@@ -244,7 +245,7 @@ def test_tune_smoke(two_agent_env: type, tiny_training: dict, tiny_model: dict, 
     from ray import tune
 
     config = small(suPERDQNConfig().environment(two_agent_env), tiny_training, tiny_model).training(suPER_bandwidth=0.5)
-    tuner = tune.Tuner(suPERDQN, param_space=config,
+    tuner = tune.Tuner("suPERDQN", param_space=config,
                        run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path),
                                                  verbose=0))
     result = tuner.fit().get_best_result(metric="training_iteration", mode="max")

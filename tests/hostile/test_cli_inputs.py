@@ -65,6 +65,15 @@ CASES = [
     (["--tag", ".."], "--tag:"),
     (["--tag", "..\\x"], "--tag:"),
     (["--set", "run.name=../escape"], "--set run.name:"),
+    (["--tag", "a\nb"], "--tag:"),  # control characters split job lists built from names
+    (["--tag", "x\ty"], "--tag:"),
+    (["--tag", "t" * 256], "--tag:"),  # past the file system's 255 bytes a component
+    (["--tag", "t" * 240], "--tag:"),  # fits alone, but not in the run folder's name
+    (["--protocol", "original"], "--protocol: expected one of ours, paper"),
+    # a SUPER setting while SUPER is off would train plain DDQN without a word
+    (["--bandwidth", "0.3"], "--bandwidth: is a SUPER setting, but SUPER is off: add --super"),
+    (["--suPER_mode", "quantile"], "--suPER_mode: is a SUPER setting, but SUPER is off"),
+    (["--window", "100", "--team", "pursuer"], "--window: is a SUPER setting"),
     # the flag as typed, not its other spelling or the internal key
     (["--bandwidth", "1.5"], "--bandwidth:"),
     (["--suPER_bandwidth", "1.5"], "--suPER_bandwidth:"),
@@ -97,6 +106,11 @@ GRID_CASES = [
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {env.kwargs.n_pursuer: 3}}\n", ":3:",
      "did you mean 'n_pursuers'"),
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, super: true, team: nobody}\n", ":3:", "team:"),
+    ('name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, tag: "x\\n\\tbash -c evil"}\n', ":3:", "tag:"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, tag: " + "t" * 300 + "}\n", ":3:", "tag:"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, protocol: theirs}\n", ":3:", "protocol:"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, bandwidth: 0.3}\n", ":3:",
+     "bandwidth: is a SUPER setting, but super is not set"),
 ]
 
 
@@ -158,6 +172,16 @@ def test_good_paper_booleans_are_accepted() -> None:
     for word, flag in (("TRUE", "--super"), ("Yes", "--super"), ("1", "--super"), ("no", "--no-super"),
                        ("False", "--no-super"), ("0", "--no-super")):
         assert translate_paper_args(["--suPER", word])[0] == [flag]
+
+
+def test_super_settings_with_super_switched_off_on_purpose_are_accepted(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The original's baseline lines pass ``--suPER=False --suPER_bandwidth=0.0``: typed off, the setting is moot."""
+    for args in (["--suPER", "False", "--suPER_bandwidth", "0.0"], ["--no-super", "--bandwidth", "0.3"]):
+        out = run_cli(["train", "--env", "pursuit", *args, "--num-timesteps", "1", "--eval-episodes", "1",
+                       "--no-progress", "--out", tmp_path / args[0].strip("-")], capsys)
+        assert out.code == 0, out.stderr
+        assert (tmp_path / args[0].strip("-") / "pursuit__ddqn__s1" / "manifest.json").is_file()
 
 
 @pytest.mark.parametrize("how", ["pipe", "80 columns"])

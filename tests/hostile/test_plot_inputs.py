@@ -202,7 +202,7 @@ def test_run_killed_at_step_500_is_left_out_of_the_final_table(tmp_path: Path,
     md = (root / "figures" / "final_performance.md").read_text()
     assert "Left out (unfinished):" in md and str(killed / "manifest.json") in md
     svg = (root / "figures" / "team_return.svg").read_text()
-    assert "ddqn (unfinished, n=1)" in svg  # its curve is drawn and marked
+    assert "DDQN (no sharing) (unfinished run)" in svg  # its curve is drawn and marked
     assert_unchanged(before, root)
 
 

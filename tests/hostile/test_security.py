@@ -6,6 +6,7 @@ submitted or written."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -95,19 +96,45 @@ def test_grid_submit_refuses_a_secret_in_the_runtime_env(tmp_path: Path, capsys:
     (["--address", "auto"], ["--address", "got 'auto'"]),
     (["--runtime-env", "no/such/runtime.yaml"], ["--runtime-env", "no/such/runtime.yaml"]),
     (["--runtime-env", "LIST"], ["--runtime-env", "expected a mapping", "got list"]),
-    (["--runtime-env", "BADYAML"], ["--runtime-env", "cannot read"]),
+    (["--runtime-env", "BADYAML"], ["--runtime-env", "syntax error at line 2"]),  # where the parser stopped
     (["--runtime-env", "TOKEN"], ["--runtime-env", "got RAY_AUTH_TOKEN"]),
+    (["--runtime-env", "AWS"], ["--runtime-env", "got AWS_SECRET_ACCESS_KEY"]),  # any secret-looking name
+    (["--runtime-env", "KEYLINE"], ["--runtime-env", "syntax error at line 2", "not shown"]),
 ], ids=["per", "ray-client-address", "auto-address", "missing-runtime-env", "list-runtime-env",
-        "malformed-runtime-env", "token-in-runtime-env"])
+        "malformed-runtime-env", "token-in-runtime-env", "aws-key-in-runtime-env", "syntax-error-beside-a-key"])
 def test_grid_submit_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                        needles: list[str]) -> None:
-    files = {"LIST": "- a\n- b\n", "BADYAML": "env_vars: {a: [\n", "TOKEN": "env_vars:\n  RAY_AUTH_TOKEN: t0k3n\n"}
+    files = {"LIST": "- a\n- b\n", "BADYAML": "env_vars: {a: [\n", "TOKEN": "env_vars:\n  RAY_AUTH_TOKEN: t0k3n\n",
+             "AWS": "env_vars:\n  AWS_SECRET_ACCESS_KEY: t0k3n\n",
+             "KEYLINE": "env_vars:\n  WANDB_API_KEY: t0k3n: [\n"}
     if args[-1] in files:
         (tmp_path / "rt.yaml").write_text(files[args[-1]])
         args = [*args[:-1], str(tmp_path / "rt.yaml")]
     out = _submit(tmp_path, capsys, *args)
     assert_refused(out, 2, *needles)
     assert "t0k3n" not in out.stderr
+
+
+def test_jobs_never_upload_secret_files_of_the_checkout(tmp_path: Path) -> None:
+    """The jobs' working_dir is the checkout, untracked files included: Ray's own packager, given the runtime env's
+    excludes, leaves out .env files, netrc files and keys (also when ray_runtime.yaml's excludes do not name them)
+    and keeps the code."""
+    from ray._private.runtime_env.packaging import create_package
+
+    from suPER.campaigns import runtime_env
+
+    bare = tmp_path / "rt.yaml"
+    bare.write_text("excludes: [runs]\nenv_vars: {A: '1'}\n")
+    checkout = tmp_path / "checkout"
+    for name in ("suPER/x.py", ".env", ".env.local", "deploy/prod.env", "my.netrc", ".netrc", "certs/c.pem",
+                 "k.key", ".ssh/id_rsa", "runs/r/latest.pt"):
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text("s3cr3t")
+    create_package(str(checkout), tmp_path / "pkg.zip", include_gitignore=True, excludes=runtime_env(bare)["excludes"],
+                   logger=None)
+    import zipfile
+
+    assert zipfile.ZipFile(tmp_path / "pkg.zip").namelist() == ["suPER/x.py"]
 
 
 def _run_all(tmp_path: Path, *args: str) -> Outcome:
@@ -124,3 +151,28 @@ def _run_all(tmp_path: Path, *args: str) -> Outcome:
 def test_run_all_sh_refuses_bad_input(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     assert_refused(_run_all(tmp_path, *args), 2, *needles)
     assert list(tmp_path.iterdir()) == []  # nothing written (no runtime-env file left behind either)
+
+
+@pytest.mark.parametrize("command,folder", [
+    (["train", "--env", "pursuit", "--quick", "--no-progress"], "pursuit__ddqn__s1"),
+    (["population", "psro", "--env", "battle", "--iterations", "1", "--no-figures"], "battle__psro__s1"),
+])
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_a_planted_lock_file_is_never_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str],
+                                               folder: str, planted: str) -> None:
+    """A run or population folder's ``.writer.lock`` that is a symbolic link (to any file the user can write) or a
+    FIFO is refused with one line naming it; the link's target keeps its bytes, nothing in the folder changes."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("do not truncate me\n")
+    out = tmp_path / "out"
+    (out / folder).mkdir(parents=True)
+    lock = out / folder / ".writer.lock"
+    if planted == "symlink":
+        lock.symlink_to(victim)
+    else:
+        os.mkfifo(lock)
+    before = snapshot(tmp_path)
+    outcome = run_cli([*command, "--out", str(out)], capsys)
+    assert_refused(outcome, 2, str(lock), "symbolic link" if planted == "symlink" else "another kind of file")
+    assert victim.read_text() == "do not truncate me\n"
+    assert snapshot(tmp_path) == before
