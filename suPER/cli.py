@@ -230,6 +230,9 @@ def train(
         raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
         raise UserError(f"{typed.get('--num-seeds', '--num-seeds')}: expected an integer >= 1, got {num_seeds}")
+    if eval_episodes == 0:  # 0 is for trainers that skip evaluation (best responses), not a run's curve
+        raise UserError(f"{typed.get('--eval-episodes', '--eval-episodes')}: expected an integer >= 1 (every "
+                        f"evaluation plays them), got 0")
     flags = {"device": device, "threads": threads, "tag": tag, "wandb": wandb, "wandb_project": wandb_project,
              "wandb_group": wandb_group, "wandb_mode": wandb_mode, "super": super_,
              "parameter_sharing": parameter_sharing, "num_timesteps": num_timesteps, "lr": lr,
@@ -278,6 +281,20 @@ def train(
         with _pack_progress_bars(packed, Console(stderr=True)) as progress:
             outcomes = execute_pack(packed, overwrite=overwrite, backend=backend, progress=progress)
         raise typer.Exit(report(packed, outcomes))
+
+
+def _number(flag: str, value: float, minimum: float, inclusive: bool = True) -> float:
+    """A finite number at least (or above) ``minimum``: nan and inf are refused by name, before anything starts.
+
+    Raises:
+        UserError: ``"<flag>: expected a finite number >= <minimum>, got <value>"``.
+    """
+    import math
+
+    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+    if not ok:
+        raise UserError(f"{flag}: expected a finite number {'>=' if inclusive else '>'} {minimum:g}, got {value}")
+    return value
 
 
 SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
@@ -331,6 +348,14 @@ def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None
 
     labels = labels or {}
     spec = probe_env(cfg.env, labels)
+    if not spec.opponent_ids and not cfg.env.swap_teams:
+        for key in ("env.opponent", "env.opponent_epsilon", "env.eval_opponent_epsilon", "env.opponent_allow_pickle"):
+            typed = labels.get(key, "")
+            if typed.startswith("-") and "(" not in typed:  # a flag the user typed, not one a protocol set
+                from suPER.envs import opponent_env_names
+
+                raise C.ConfigError(f"{typed}: expected no opponent setting for {cfg.env.name}, which has no "
+                                    f"opponent team (envs with one: {', '.join(opponent_env_names())})")
     r = cfg.relay
     if r.enabled and r.team and not cfg.dqn.parameter_sharing:
         n = int(team_mask(spec.learner_ids, r.team).sum())
@@ -367,10 +392,8 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
     update: list[Any] = [None]  # the bar's update function, once the run folder is ready
 
     def on_start(folder: Any, resumed: bool) -> None:
-        what = "resuming" if resumed else "->"
-        console.print(f"[bold]{cfg.run_name}[/]: {cfg.env.name}, {cfg.run.algo}"
-                      f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
-                      f"{cfg.run.num_timesteps} env steps {what} {folder.path}")
+        what = "resuming in" if resumed else "->"
+        console.print(f"[bold]{cfg.run_name}[/]: {plan_line(cfg)} {what} {folder.path}", soft_wrap=True)
         note = cfg.eval_cost_note()
         if note:
             console.print(note, soft_wrap=True, markup=False)
@@ -394,6 +417,25 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
     print(f"final team return {summary.final_team_return:.3f} after {summary.env_steps} env steps "
           f"({summary.env_steps_per_sec:.0f} env steps/s training)")
     print(f"curve: {summary.run_dir / 'curve.png'}")
+
+
+def plan_line(cfg: C.ExperimentConfig) -> str:
+    """The run's plan in one line: env, algorithm, env steps, evaluations and an estimated time (at rates measured
+    in the Figure 1 campaign, stated as an estimate), naming ``--quick`` when it is longer than an hour."""
+    from suPER import reproduce as R
+
+    evals = cfg.run.num_timesteps // cfg.eval_interval + 1
+    text = (f"{cfg.env.name}, {cfg.run.algo}"
+            f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
+            f"{cfg.run.num_timesteps:,} env steps, {evals} evaluations x {cfg.run.eval_episodes} episodes")
+    seconds = R.run_seconds(cfg)
+    if seconds is not None:
+        hours = seconds / 3600
+        text += (f", estimated {hours:.1f} h" if hours >= 1 else f", estimated {seconds / 60:.0f} min") + \
+            " at the Figure 1 campaign's pace (2 runs on 2 shared cores; a quiet machine is faster)"
+        if hours > 1:
+            text += "; --quick runs a short budget in minutes"
+    return text
 
 
 class _progress_bar:
@@ -780,6 +822,7 @@ def grid_list(
     import json
 
     from suPER import runs
+    from suPER.campaigns.local import stale as campaigns_stale
 
     grid, selected = _load_grid(file, seeds, filter_)
     out = out or grid.default_out
@@ -804,6 +847,8 @@ def grid_list(
         status = folder.status() or "-"
         if status == runs.RUNNING and folder.writer_exited():
             status = "stopped"  # the manifest says running, but the process writing it was killed
+        if status == runs.FINISHED and campaigns_stale(folder, r, out):
+            return "stale", None  # finished with another configuration than the grid asks now
         return status, (folder.progress() if status not in ("-", runs.FINISHED) else None)
 
     states = {id(r): state(r) for r in selected}
@@ -826,6 +871,9 @@ def grid_list(
         flags = r.pending if r.pending else " ".join(p for p in pairs[id(r)] if p not in common)
         rows.append([r.entry, r.env, r.algo, str(r.seed), "-" if r.pending else r.run_name, shown, flags])
     notes = []
+    if "stale" in counts:
+        notes.append("stale: a finished run whose recorded configuration differs from what the grid asks now; grid run "
+                     "refuses it (remove its folder to train it again)")
     if "stopped" in counts:
         notes.append("stopped: the manifest says running but the process that wrote it has exited (killed); "
                      "grid run resumes it from its last checkpoint")
@@ -869,11 +917,12 @@ def grid_run(
     """
     from suPER import campaigns
 
-    if cpus_per_trial <= 0 or gpus_per_trial < 0:
-        raise UserError(f"--cpus-per-trial / --gpus-per-trial: expected > 0 / >= 0, got {cpus_per_trial} / "
-                        f"{gpus_per_trial}")
-    if (pack_size is not None and pack_size < 1) or (pack_memory_gb is not None and pack_memory_gb <= 0):
-        raise UserError(f"--pack-size / --pack-memory-gb: expected >= 1 / > 0, got {pack_size} / {pack_memory_gb}")
+    _number("--cpus-per-trial", cpus_per_trial, minimum=0, inclusive=False)
+    _number("--gpus-per-trial", gpus_per_trial, minimum=0)
+    if pack_size is not None and pack_size < 1:
+        raise UserError(f"--pack-size: expected an integer >= 1, got {pack_size}")
+    if pack_memory_gb is not None:
+        _number("--pack-memory-gb", pack_memory_gb, minimum=0, inclusive=False)
     if not pack and (pack_size is not None or pack_memory_gb is not None):
         raise UserError("--pack-size / --pack-memory-gb: only with --pack")
     grid, selected = _load_grid(file, seeds, filter_)
@@ -937,6 +986,8 @@ def grid_submit(
     """
     from suPER import campaigns
 
+    _number("--cpus", cpus, minimum=0, inclusive=False)
+    _number("--gpus", gpus, minimum=0)
     grid, selected = _load_grid(file, seeds, filter_)
     if not [r for r in selected if not r.pending]:
         raise UserError(f"--filter: no runnable run of {file} matches {' '.join(filter_ or [])!r}")
@@ -1007,8 +1058,7 @@ def reproduce(
     from suPER import campaigns, runs
     from suPER import reproduce as R
 
-    if cpus_per_trial <= 0:
-        raise UserError(f"--cpus-per-trial: expected a number > 0, got {cpus_per_trial}")
+    _number("--cpus-per-trial", cpus_per_trial, minimum=0, inclusive=False)
     grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [], protocol)
     if not runs_:  # a selection that matches nothing is a typo, not a finished figure (as grid run)
         asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -821,7 +822,7 @@ def _read_env_yaml(env_name: str) -> dict[str, Any]:
         raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)}, got {env_name!r}")
     path = env_yaml_path(env_name)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read hyperparameters ({exc})") from exc
     if not isinstance(data, dict):
@@ -842,10 +843,26 @@ def load_env_profiles(env_name: str) -> dict[str, dict[str, Any]]:
     return profiles
 
 
+class YAMLLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, reading numbers as users write them: YAML 1.1 (PyYAML) takes ``3e-4`` and ``1E5`` for
+    strings, as its float pattern needs a dot; YAML 1.2 and every other reader take them for numbers. Used for
+    ``--set`` values, env YAMLs and grid files."""
+
+
+YAMLLoader.add_implicit_resolver(  # after PyYAML's own: ints and dotted floats resolve as before
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` as YAML with ``YAMLLoader``."""
+    return yaml.load(text, Loader=YAMLLoader)  # noqa: S506 - a SafeLoader
+
+
 def parse_value(text: str) -> Any:
-    """Parse a ``--set`` value with YAML rules (so 1e-4, true, [1, 2] and strings all work)."""
+    """Parse a ``--set`` value with YAML rules (so 3e-4, true, [1, 2] and strings all work)."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -966,7 +983,8 @@ def from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
-                     "checkpoint_replay", "replay_layout", "replay_device", "eval_batch", "eval_parallel")
+                     "checkpoint_replay", "replay_layout", "replay_device", "eval_batch", "eval_parallel",
+                     "final_games", "final_games_epsilon")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
 
 

@@ -69,6 +69,18 @@ DEFAULT_THROUGHPUT_SOURCE = (
     "500-step episode (MAgent evaluation there was sequential; batched since, so faster)")
 
 
+def run_seconds(cfg: C.ExperimentConfig, env_steps: int | None = None) -> float | None:
+    """Estimated wall seconds of one DQN-family run on one core at the default rates (``DEFAULT_THROUGHPUT``,
+    ``DEFAULT_EVAL_S_PER_STEP``: measured in the Figure 1 campaign): ``env_steps / rate + evaluation steps x
+    evaluation cost``. None where no rate was measured (another env or algorithm)."""
+    if cfg.env.name not in DEFAULT_THROUGHPUT or C.ALGORITHMS[cfg.run.algo].section != "dqn":
+        return None
+    n = cfg.run.num_timesteps if env_steps is None else env_steps
+    evals = n // cfg.eval_interval + 1
+    eval_steps = evals * cfg.run.eval_episodes * cfg.env.horizon
+    return n / DEFAULT_THROUGHPUT[cfg.env.name] + eval_steps * DEFAULT_EVAL_S_PER_STEP[cfg.env.name]
+
+
 def paper_budget(env: str) -> int:
     """The paper's training budget of ``env`` in env steps (``run.num_timesteps`` of its env YAML)."""
     return int(C.load_env_defaults(env)["run"]["num_timesteps"])

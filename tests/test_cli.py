@@ -100,3 +100,17 @@ def test_legacy_switch_turns_on_every_documented_quirk() -> None:
     assert cfg.relay.insertion_priority == "legacy"  # 14.7
     assert cfg.env.eval_seed_offset == 0  # 14.17
     assert C.resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"
+
+
+def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long_runs() -> None:
+    """``train`` with no budget starts the paper's 800k env steps: its plan line says so, with its evaluations and
+    an estimated time, and names --quick; a short run's does not."""
+    from suPER import config as C
+    from suPER.cli import plan_line
+
+    long = plan_line(C.resolve("pursuit"))
+    assert "800,000 env steps, 201 evaluations x 20 episodes, estimated" in long and "--quick" in long
+    assert float(long.split("estimated ")[1].split(" h")[0]) > 1
+    short = plan_line(C.resolve("pursuit", named=C.named_settings("pursuit", {"quick": True})[0]))
+    assert "min at the Figure 1 campaign's pace" in short and "--quick" not in short
+    assert "estimated" not in plan_line(C.resolve("pursuit", "qmix"))  # no rate measured for it: no guess

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 import yaml
@@ -186,3 +187,18 @@ def test_a_config_written_before_a_new_field_still_matches_for_resume() -> None:
     unknown = cfg.to_dict()
     unknown["dqn"]["removed_field"] = 3
     assert C.without_volatile(unknown) != C.without_volatile(cfg.to_dict())
+
+
+def test_numbers_parse_as_users_write_them(tmp_path: Path) -> None:
+    """``--set dqn.lr=3e-4`` (the README's own example) and ``lr: 3e-4`` in a grid file are numbers, although YAML
+    1.1 (PyYAML) reads exponents without a dot as strings; ints, dotted floats and words are unchanged."""
+    from suPER.campaigns.grid import load_grid
+
+    assert C.parse_value("3e-4") == pytest.approx(3e-4) and C.parse_value("1E5") == 1e5
+    assert C.parse_value("7") == 7 and isinstance(C.parse_value("7"), int) and C.parse_value("1e") == "1e"
+    cfg = C.resolve("pursuit", overrides={"dqn.lr": C.parse_value("3e-4")})
+    assert cfg.dqn.lr == pytest.approx(3e-4)
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nseeds: 1\nruns:\n  - {name: a, env: pursuit, algo: ddqn, lr: 3e-4, set: {dqn.gamma: 9.5e-1}}\n")
+    (run,) = load_grid(grid).runs
+    assert run.config().dqn.lr == pytest.approx(3e-4) and run.config().dqn.gamma == pytest.approx(0.95)

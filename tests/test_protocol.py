@@ -153,6 +153,7 @@ def test_paper_run_records_its_protocol_and_ends_with_final_games(tmp_path: Path
     ours = run_cli("train", "--env", "pursuit", "--out", str(tmp_path), "--no-progress",
                    *[a for k, v in TINY.items() if k != "run.progress" for a in ("--set", f"{k}={v}")])
     assert ours.returncode == 0, ours.stderr
+    assert "pursuit__ddqn__s1: pursuit, ddqn, 30 env steps, 2 evaluations x 1 episodes, estimated" in ours.stderr
     assert not (tmp_path / "pursuit__ddqn__s1" / "final_games.json").exists()  # no opponent team: no games
     assert json.loads((tmp_path / "pursuit__ddqn__s1" / "config.json").read_text())["run"]["protocol"] == "ours"
 

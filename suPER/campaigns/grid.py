@@ -76,8 +76,8 @@ class _Mapping(dict):  # type: ignore[type-arg]
     key_lines: dict[str, int]
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader whose mappings are ``_Mapping``s and which rejects duplicate keys."""
+class _LineLoader(C.YAMLLoader):
+    """SafeLoader (numbers as users write them, ``config.YAMLLoader``) whose mappings are ``_Mapping``s and which rejects duplicate keys."""
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:

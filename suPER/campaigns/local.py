@@ -33,6 +33,21 @@ class Plan:
     """run folders of ``todo`` that will resume from a checkpoint"""
 
 
+def stale(folder: Any, run: GridRun, out: Path) -> str:
+    """Where the configuration recorded in ``folder`` differs from what ``run`` asks now (``"key: a in the folder vs b
+    now"`` of the first differing key, volatile keys aside), or "" when they agree or the folder has none: a
+    finished run of another budget or setting must not count as this one."""
+    import json
+
+    try:
+        old = json.loads(folder.config.read_text())
+    except (OSError, ValueError):
+        return ""
+    new = C.without_volatile(run.config(out=out).to_dict())
+    old = C.without_volatile(old)
+    return "" if old == new else first_difference(old, new)
+
+
 def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
     """Sort runs into to-do / finished / pending, and refuse unfinished folders of another configuration.
 
@@ -51,6 +66,11 @@ def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
         folder = runs.RunFolder(out / run.run_name)
         status = (folder.checked_manifest() or {}).get("status")  # an unreadable manifest is refused up front
         if status == runs.FINISHED:
+            diff = stale(folder, run, out)
+            if diff:
+                raise runs.RunFolderError(
+                    f"--out: {folder.path} holds a finished run of a different configuration ({diff}); it was not "
+                    f"made with what is asked now", "remove that folder to train it again, or choose another --out")
             plan.finished.append(run)
             continue
         if status is not None and (folder.checkpoints / "latest.pt").exists():
@@ -155,6 +175,31 @@ def _pack_trainable(config: dict[str, Any]) -> None:
                            f"{type(exc).__name__}: {exc}") from exc
 
 
+def reachable(address: str, label: str, timeout_s: float = 5.0) -> None:
+    """Check within ``timeout_s`` that a Ray cluster's GCS answers at ``address`` (``HOST:PORT``; ``auto`` and
+    ``local`` are Ray's own words for a cluster on this machine and pass).
+
+    Raises:
+        ClusterError: one line naming ``label`` (the flag, or the environment variable it came from).
+    """
+    import socket
+
+    from suPER.campaigns.cluster import ClusterError
+
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ClusterError(f"{label}: expected HOST:PORT of a Ray cluster's GCS, got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        hint = "; unset it to run on this machine" if label.startswith("RAY_ADDRESS") else ""
+        raise ClusterError(f"{label}: no Ray cluster answers at {address} within {timeout_s:g} s "
+                           f"({exc.strerror or type(exc).__name__}){hint}") from None
+
+
 @contextmanager
 def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None) -> Iterator[str]:
     """Connect to ``address`` (or ``RAY_ADDRESS``), or start Ray embedded on this machine, for the block.
@@ -173,8 +218,10 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
     from suPER.campaigns import embedded_ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    label = "--address" if address else "RAY_ADDRESS (in the environment)"
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
+        reachable(address, label)  # ray.init retries an unreachable address for minutes, printing rpc warnings
         ray.init(address=address, log_to_driver=False)
         try:
             yield f"cluster {address}"
@@ -234,8 +281,12 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
     console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     out = Path(out).resolve()
     if not dry_run:  # Tune's storage (out/.tune) and every run folder go there: refused before anything starts
+        import os
+
         from suPER.runs import writable_folder
 
+        if address or os.environ.get("RAY_ADDRESS"):  # an unreachable cluster: one line before any plan is printed
+            reachable(address or os.environ["RAY_ADDRESS"], "--address" if address else "RAY_ADDRESS (in the environment)")
         writable_folder(out)
     plan = plan_runs(runs_, out)
     outcome: dict[str, list[str]] = {"finished": [], "skipped": [r.run_name for r in plan.finished], "failed": [],

@@ -15,12 +15,14 @@ Parameter layout of ``BatchedQNet``: every parameter has the policy axis folded 
 of a ``P=1`` net (conv weight ``[P*out, in, k, k]``, conv bias ``[P*out]``, dense weight
 ``[P, in, out]``, dense bias ``[P, 1, out]``; dense weights are stored transposed w.r.t. ``nn.Linear``).
 
-Shapes: ``P`` policies, ``B`` batch rows per policy, ``O`` one observation ``(H, W, C)`` (NHWC, float),
+Shapes: ``P`` policies, ``B`` batch rows per policy, ``O`` one observation: ``(H, W, C)`` (NHWC, float) for the conv
+body, any shape for the mlp body (flattened),
 ``A`` actions.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
@@ -42,18 +44,22 @@ MLP_HIDDENS = (64, 64)
 
 def _check_config(
     obs_shape: tuple[int, ...], n_actions: int, body: str, hiddens: int
-) -> tuple[int, int, int]:
-    if len(obs_shape) != 3:
-        raise ValueError(f"obs_shape must be (H, W, C), got {obs_shape}")
-    h, w, c = (int(s) for s in obs_shape)
+) -> tuple[int, ...]:
+    """The observation shape as ints: ``(H, W, C)`` for the conv body; any shape (a vector, an image, a stack) for
+    the mlp body, which flattens it."""
+    shape = tuple(int(s) for s in obs_shape)
     if body not in ("conv", "mlp"):
         raise ValueError(f"body must be 'conv' or 'mlp', got {body!r}")
+    if body == "conv" and len(shape) != 3:
+        raise ValueError(f"the conv body needs observations of shape (H, W, C), got {obs_shape}; "
+                         f"use the mlp body (--model mlp) for other shapes")
     shrink = len(CONV_CHANNELS) * (CONV_KERNEL - 1)
-    if body == "conv" and (h <= shrink or w <= shrink):
+    if body == "conv" and (shape[0] <= shrink or shape[1] <= shrink):
         raise ValueError(f"conv body needs H, W > {shrink} (three unpadded 2x2 convs), got {obs_shape}")
-    if n_actions < 1 or hiddens < 1 or c < 1:
-        raise ValueError(f"n_actions, hiddens and C must be positive, got {n_actions}, {hiddens}, {c}")
-    return h, w, c
+    if n_actions < 1 or hiddens < 1 or not shape or min(shape) < 1:
+        raise ValueError(f"n_actions, hiddens and every observation dimension must be positive, got {n_actions}, "
+                         f"{hiddens}, {obs_shape}")
+    return shape
 
 
 def conv_flat_size(obs_shape: tuple[int, int, int]) -> int:
@@ -123,7 +129,7 @@ class ReferenceQNet(nn.Module):
     and Q = V + A - mean_a A, else Q = A.
 
     Args:
-        obs_shape: one observation, (H, W, C).
+        obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body.
         n_actions: size of the discrete action space.
         body: ``"conv"`` (the paper's per-env conv body) or ``"mlp"`` (``--fully_connected``).
         dueling: use the dueling value/advantage heads.
@@ -132,21 +138,21 @@ class ReferenceQNet(nn.Module):
 
     def __init__(
         self,
-        obs_shape: tuple[int, int, int],
+        obs_shape: tuple[int, ...],
         n_actions: int,
         body: BodyKind = "conv",
         dueling: bool = True,
         hiddens: int = 256,
     ) -> None:
         super().__init__()
-        h, w, c = _check_config(obs_shape, n_actions, body, hiddens)
-        self.obs_shape = (h, w, c)
+        self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
         self.n_actions = int(n_actions)
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
+            c = self.obs_shape[2]
             c1, c2, c3 = CONV_CHANNELS
             k = CONV_KERNEL
             self.model = nn.Sequential(
@@ -158,7 +164,7 @@ class ReferenceQNet(nn.Module):
             )  # fmt: skip
             self.policy_fn = nn.Linear(CONV_FC, hiddens)
         else:
-            sizes = (h * w * c, *MLP_HIDDENS)
+            sizes = (math.prod(self.obs_shape), *MLP_HIDDENS)
             self._hidden_layers = nn.Sequential(
                 *[SlimFC(sizes[i], sizes[i + 1], nn.Tanh(), "normc") for i in range(len(MLP_HIDDENS))]
             )
@@ -272,7 +278,7 @@ class BatchedQNet(nn.Module):
 
     Args:
         n_policies: P, the number of independent policies.
-        obs_shape: one observation, (H, W, C).
+        obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body.
         n_actions: size of each policy's discrete action space.
         body: ``"conv"`` or ``"mlp"`` (see ``ReferenceQNet``).
         dueling: use the dueling value/advantage heads.
@@ -287,7 +293,7 @@ class BatchedQNet(nn.Module):
     def __init__(
         self,
         n_policies: int,
-        obs_shape: tuple[int, int, int],
+        obs_shape: tuple[int, ...],
         n_actions: int,
         body: BodyKind = "conv",
         dueling: bool = True,
@@ -296,23 +302,22 @@ class BatchedQNet(nn.Module):
         super().__init__()
         if n_policies < 1:
             raise ValueError(f"n_policies must be >= 1, got {n_policies}")
-        h, w, c = _check_config(obs_shape, n_actions, body, hiddens)
         self.n_policies = P = int(n_policies)
-        self.obs_shape = (h, w, c)
+        self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
         self.n_actions = int(n_actions)
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
-            chans = (c, *CONV_CHANNELS)
+            chans = (self.obs_shape[2], *CONV_CHANNELS)
             self.convs = nn.ModuleList(
                 GroupedConv2d(P, chans[i], chans[i + 1], CONV_KERNEL) for i in range(len(CONV_CHANNELS))
             )
             self.fc1 = BatchedLinear(P, conv_flat_size(self.obs_shape), CONV_FC)
             self.fc2 = BatchedLinear(P, CONV_FC, hiddens)
         else:
-            self.fc1 = BatchedLinear(P, h * w * c, MLP_HIDDENS[0])
+            self.fc1 = BatchedLinear(P, math.prod(self.obs_shape), MLP_HIDDENS[0])
             self.fc2 = BatchedLinear(P, MLP_HIDDENS[0], MLP_HIDDENS[1])
         self.adv_hidden = BatchedLinear(P, self.body_out, hiddens)
         self.adv_out = BatchedLinear(P, hiddens, self.n_actions)

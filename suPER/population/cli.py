@@ -52,6 +52,10 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
             match_workers=match_workers, br_workers=br_workers, vs_shipped=vs_shipped, set_=set_))
         return
     out = out if out is not None else Path("runs/population")
+    if install and install_dir is not None:  # checked before any best response trains, not after all of them
+        from suPER.runs import writable_folder
+
+        writable_folder(install_dir, "--install-dir")
     pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
     res = pop.run(overwrite=overwrite, on_cluster=on_cluster)
     print(f"{res['folder']}: team strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["team"], res["x"]))

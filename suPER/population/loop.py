@@ -131,7 +131,12 @@ class PopulationConfig:
             raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
         if not self.sides or any(s not in SIDES for s in self.sides):
             raise C.ConfigError(f"--sides: expected team, opponent or both, got {','.join(self.sides)!r}")
-        self.br_config(1, self.sides[0], Path("."), Path("."))  # the trainer config resolves (bad --set fails here)
+        last = self.seed + 1000 * self.iterations + len(SIDES)  # the largest best-response seed (br_config)
+        if self.seed < 0 or last + C.ExperimentConfig().env.seed_offset >= C.SEED_LIMIT:
+            raise C.ConfigError(f"--seed: expected an integer >= 0 with seed + 1000 x --iterations below "
+                                f"{C.SEED_LIMIT - 1000}, got {self.seed}")
+        for it in sorted({1, self.iterations}):  # the trainer config resolves (bad --set fails here), first and last
+            self.br_config(it, self.sides[-1], Path("."), Path("."))
         if self.vs_shipped:
             from suPER.opponents import check_opponent
 

@@ -238,11 +238,13 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
     import json
 
     names = ["pursuit__ddqn__s1", "pursuit__ddqn_super_quantile__s1"]
+    made = {r.run_name: r.config().to_dict() for r in G.load_grid(EXP / "smoke.yaml").runs if r.run_name in names}
     for name, status in zip(names, ("running", "finished")):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "manifest.json").write_text(json.dumps({"status": status}))
-        (folder / "config.json").write_text(json.dumps({"run": {"num_timesteps": 300}}))
+        config = made[name] if status == "finished" else {"run": {"num_timesteps": 300}}  # finished: as the grid asks
+        (folder / "config.json").write_text(json.dumps(config))
         # 150 steps took 300 s (evaluations included): 150 steps left take ~300 s more
         (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3.5,10\n150,2.0,310\n")
     r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",

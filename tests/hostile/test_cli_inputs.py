@@ -70,6 +70,10 @@ CASES = [
     (["--tag", "t" * 256], "--tag:"),  # past the file system's 255 bytes a component
     (["--tag", "t" * 240], "--tag:"),  # fits alone, but not in the run folder's name
     (["--protocol", "original"], "--protocol: expected one of ours, paper"),
+    # an opponent for an env without one was ignored, even a missing file; 0 evaluation episodes wrote NaN rows
+    (["--opponent", "no/such/team.safetensors"], "--opponent: expected no opponent setting for pursuit"),
+    (["--opponent-epsilon", "0.1"], "--opponent-epsilon: expected no opponent setting"),
+    (["--eval-episodes", "0"], "--eval-episodes: expected an integer >= 1"),
     # a SUPER setting while SUPER is off would train plain DDQN without a word
     (["--bandwidth", "0.3"], "--bandwidth: is a SUPER setting, but SUPER is off: add --super"),
     (["--suPER_mode", "quantile"], "--suPER_mode: is a SUPER setting, but SUPER is off"),
@@ -143,6 +147,18 @@ CAMPAIGN_CASES = [
       "name=*-ddqn", "--out", "{file}/x"], "--out: cannot create folder"),
     (["reproduce", "fig1", "--env", "pursuit", "--dry-run", "--out", "{file}"], "--out: expected a folder, got the file"),
     (["reproduce", "fig1", "--env", "battle", "--filter", "env=pursuit", "--dry-run"], "--filter: no run of fig1"),
+    # nan / inf where a count of CPUs, GPUs or gigabytes is asked (a traceback after Ray started, before)
+    (["grid", "run", "experiments/smoke.yaml", "--cpus-per-trial", "nan"], "--cpus-per-trial: expected a finite"),
+    (["grid", "run", "experiments/smoke.yaml", "--gpus-per-trial", "nan"], "--gpus-per-trial: expected a finite"),
+    (["grid", "run", "experiments/smoke.yaml", "--pack", "--pack-memory-gb", "inf"], "--pack-memory-gb: expected"),
+    (["reproduce", "fig1", "--cpus-per-trial", "nan", "--dry-run"], "--cpus-per-trial: expected a finite"),
+    (["grid", "submit", "experiments/smoke.yaml", "--cpus", "nan", "--print-jobs"], "--cpus: expected a finite"),
+    (["grid", "submit", "experiments/smoke.yaml", "--gpus", "-inf", "--print-jobs"], "--gpus: expected a finite"),
+    # population: checked before any best response trains (a negative seed ran to the end; a file as --install-dir
+    # failed after every best response had trained)
+    (["population", "psro", "--env", "battle", "--seed", "-1", "--out", "{tmp}/p"], "--seed: expected an integer >= 0"),
+    (["population", "psro", "--env", "battle", "--install", "--install-dir", "{file}", "--out", "{tmp}/p"],
+     "--install-dir: expected a folder, got the file"),
     # the flag as typed, not the config key it sets
     (["opponents", "eval", "--env", "battle", "--opponent-epsilon", "2"], "--opponent-epsilon: expected"),
     (["opponents", "eval", "--env", "battle", "--threads", "-1"], "--threads: expected an integer >= 0"),
@@ -164,6 +180,27 @@ def test_bad_campaign_input_is_one_line_exit_2_before_ray_starts(tmp_path: Path,
     assert_unchanged(before, tmp_path, allow_new=False)
     if "--out" in needle:  # refused before a plan of runs that will not start is printed
         assert outcome.stdout == "", outcome.stdout
+
+
+@pytest.mark.parametrize("where", ["environment", "flag"])
+def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """``RAY_ADDRESS`` inherited from the environment (or ``--address``) where no cluster answers: one line naming
+    it, exit 2, instead of minutes of Ray's rpc retries. Loopback port 9 (discard): nothing listens there."""
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    args = ["grid", "run", str(root / "experiments" / "smoke.yaml"), "--filter", "name=pursuit-dqn", "--out",
+            str(tmp_path / "runs")]
+    if where == "environment":
+        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
+    else:
+        args += ["--address", "127.0.0.1:9"]
+    t0 = time.monotonic()
+    outcome = run_cli(args, capsys)
+    assert time.monotonic() - t0 < 60
+    assert_refused(outcome, 2, "RAY_ADDRESS (in the environment)" if where == "environment" else "--address",
+                   "no Ray cluster answers at 127.0.0.1:9")
 
 
 def test_good_paper_booleans_are_accepted() -> None:

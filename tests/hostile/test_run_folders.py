@@ -520,3 +520,27 @@ def test_ctrl_c_during_a_checkpoint_write_lands_after_the_file(tmp_path: Path) -
         signal.signal(signal.SIGINT, previous)
     assert torch.equal(torch.load(tmp_path / "latest.pt", weights_only=True)["w"], state["w"])
     assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]  # no temp file left
+
+
+def test_a_finished_run_of_another_configuration_is_not_counted_as_done(finished: Path, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A campaign folder holding this run finished at another budget: ``grid list`` marks it stale and ``grid run``
+    refuses it with one line naming the differing key, before Ray starts and with nothing changed; asked as it
+    was made, it counts as finished."""
+    flags = {"env.horizon": 50, "dqn.learning_starts": 100, "dqn.buffer_size": 3000, "dqn.hiddens": 32,
+             "env.kwargs.x_size": 10, "env.kwargs.y_size": 10, "env.kwargs.n_evaders": 10}
+
+    def grid(budget: int) -> Path:
+        path = tmp_path / f"g{budget}.yaml"
+        path.write_text("name: g\nseeds: 1\nruns:\n  - {name: a, env: pursuit, algo: ddqn, model: mlp, num_timesteps: "
+                        f"{budget}, eval_interval: 100, eval_episodes: 1, set: {json.dumps(flags)}}}\n")
+        return path
+
+    listed = run_cli(["grid", "list", grid(2 * BUDGET), "--out", finished], capsys)
+    assert listed.code == 0 and f"{RUN}\tstale\t" in listed.stdout and "stale: a finished run" in listed.stdout
+    before = snapshot(finished)
+    outcome = run_cli(["grid", "run", grid(2 * BUDGET), "--out", finished], capsys)
+    assert_refused(outcome, 2, str(finished / RUN), f"run.num_timesteps: {BUDGET} in the folder vs {2 * BUDGET} now")
+    assert_unchanged(before, finished, allow_new=False)
+    same = run_cli(["grid", "list", grid(BUDGET), "--out", finished], capsys)
+    assert f"{RUN}\tfinished\t" in same.stdout

@@ -349,3 +349,24 @@ def test_clip_grad_norm_per_policy_scales_each_policy_independently() -> None:
     # parameters without grads are skipped
     net.adv_out.weight.grad = None
     clip_grad_norm_per_policy(net, 1.0)
+
+
+@pytest.mark.parametrize("obs_shape", [(18,), (4, 6), (2, 3, 4, 5)])
+def test_the_mlp_body_takes_any_observation_shape(obs_shape: tuple[int, ...]) -> None:
+    """A vector observation (MPE's 18 floats), a matrix or a stack: the mlp body flattens it, and the batched net's
+    policy p equals its reference network; the conv body still asks for (H, W, C) and says to use mlp."""
+    import math
+
+    from suPER.models import BatchedQNet
+    from suPER.models.qnet import reference_from_batched
+
+    torch.manual_seed(0)
+    net = BatchedQNet(3, obs_shape, 5, body="mlp", hiddens=16)
+    obs_PBO = torch.randn(3, 7, *obs_shape)
+    q_PBA = net(obs_PBO)
+    assert q_PBA.shape == (3, 7, 5) and net.fc1.weight.shape[1] == math.prod(obs_shape)
+    for p in range(3):
+        torch.testing.assert_close(reference_from_batched(net, p)(obs_PBO[p]), q_PBA[p], rtol=1e-5, atol=1e-6)
+    if len(obs_shape) != 3:
+        with pytest.raises(ValueError, match=r"conv body needs observations of shape \(H, W, C\).*--model mlp"):
+            BatchedQNet(1, obs_shape, 5, body="conv")
