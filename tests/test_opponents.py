@@ -86,16 +86,21 @@ def test_same_team_saves_the_same_bytes(tmp_path: Path) -> None:
 
 
 def test_bad_files_fail_with_one_line_naming_file_and_shapes(tmp_path: Path) -> None:
-    path, _ = team(tmp_path, hiddens=32)
+    path, net = team(tmp_path, hiddens=32)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    mislabelled = tmp_path / "mislabelled.safetensors"  # says battle, holds adversarial pursuit's predators
+    O.save_team(mislabelled, net, O.TeamMeta("battle", PREDATORS, ADV_SHAPE, ADV_ACTIONS, hiddens=32))
     env = make_env(env_cfg("battle"))  # battle's red team: 6 agents, (13, 13, 5), 21 actions
     try:
         with pytest.raises(O.OpponentFileError) as exc:
             O.load_team(path, env)
+        assert str(exc.value) == f"{path}: expected a team of battle, got a team file of adversarial_pursuit"
+        with pytest.raises(O.OpponentFileError) as exc:
+            O.load_team(mislabelled, env)
     finally:
         env.close()
     msg = str(exc.value)
-    assert "\n" not in msg and str(path) in msg
+    assert "\n" not in msg and str(mislabelled) in msg
     assert "expected 6 agents with obs (13, 13, 5) and 21 actions" in msg and "found 4 agents with obs (10, 10, 5)" in msg
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest  # never modified
 
@@ -128,7 +133,23 @@ def test_cli_bad_opponent_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest
     path, _ = team(tmp_path, hiddens=32)
     assert main(["opponents", "eval", "--env", "battle", "--opponent", str(path), "--episodes", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: {path}: expected 6 agents") and "\n" not in err
+    assert err == f"error: {path}: expected a team of battle, got a team file of adversarial_pursuit"
+
+
+def test_a_team_file_of_nan_weights_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A team whose weights are NaN (or inf) would play and be trained against without a word: refused by name,
+    before any folder is written."""
+    torch.manual_seed(0)
+    net = BatchedQNet(4, ADV_SHAPE, ADV_ACTIONS, hiddens=8)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.fill_(float("nan"))
+    path = tmp_path / "nan.safetensors"
+    O.save_team(path, net, O.TeamMeta("adversarial_pursuit", PREDATORS, ADV_SHAPE, ADV_ACTIONS, hiddens=8))
+    assert main(["train", "--env", "adversarial_pursuit", "--opponent", str(path), "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}: expected finite weights, got NaN or inf in predator_0.") and "\n" not in err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_original_pickle_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,8 +76,35 @@ class _Mapping(dict):  # type: ignore[type-arg]
     key_lines: dict[str, int]
 
 
+GRID_FILE_LIMITS = {"bytes": 1_000_000, "depth": 32, "aliases": 20}
+"""What a grid file may hold: the paper grid is 7 KB, 4 levels deep, without aliases. A file past a limit (a YAML
+alias bomb, a 20,000-deep list, ``base: /dev/zero``) is refused with one line instead of hanging or exhausting
+memory."""
+
+
 class _LineLoader(C.YAMLLoader):
-    """SafeLoader (numbers as users write them, ``config.YAMLLoader``) whose mappings are ``_Mapping``s and which rejects duplicate keys."""
+    """SafeLoader (numbers as users write them, ``config.YAMLLoader``) whose mappings are ``_Mapping``s, which rejects
+    duplicate keys, and which stops at ``GRID_FILE_LIMITS``'s depth and alias count while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            self._aliases += 1
+            if self._aliases > GRID_FILE_LIMITS["aliases"]:
+                raise yaml.composer.ComposerError(None, None, f"more than {GRID_FILE_LIMITS['aliases']} aliases "
+                                                  f"(a grid file needs none)", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > GRID_FILE_LIMITS["depth"]:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {GRID_FILE_LIMITS['depth']} levels "
+                                                  f"deep", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
@@ -105,11 +132,32 @@ def _line(node: Any, key: str | None = None) -> int:
 
 
 def load_grid_yaml(path: Path) -> _Mapping:
-    """Parse a grid file with line numbers; syntax errors become ``GridError('FILE:LINE: ...')``."""
+    """Parse a grid file with line numbers; syntax errors become ``GridError('FILE:LINE: ...')``.
+
+    Only a regular file of at most ``GRID_FILE_LIMITS["bytes"]`` is read (a FIFO would block, ``/dev/zero`` never
+    ends), opened without blocking and read with a bound.
+    """
+    import os
+    import stat
+
+    limit = GRID_FILE_LIMITS["bytes"]
     try:
-        text = Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise GridError(f"{path}: expected a grid file (a regular YAML file), got another kind of file")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                raw = f.read(limit + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise GridError(f"{path}: cannot read grid file ({exc.strerror})") from exc
+    if len(raw) > limit:
+        raise GridError(f"{path}: expected a grid file of at most {limit:,} bytes, got a larger file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GridError(f"{path}: expected a UTF-8 text file, got bytes that are not text") from None
     try:
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
@@ -410,6 +458,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
                             f"got {data['name']!r}")
         merged["name"] = data["name"]
     if "description" in data:
+        if not isinstance(data["description"], (str, int, float)):
+            raise GridError(f"{at['description']}: description: expected text, got {type(data['description']).__name__}")
         merged["description"] = str(data["description"])
     if "seeds" in data:
         merged["seeds"] = parse_seeds(data["seeds"], at["seeds"])

@@ -143,6 +143,8 @@ def _expect(meta: TeamMeta, env: MultiAgentEnv | None, side: str, path: Path) ->
     """Check the file's team fits the env's ``side`` (opponent | team): count, obs shape, actions."""
     if env is None:
         return
+    if meta.env and meta.env != env.spec.name:
+        raise OpponentFileError(f"{path}: expected a team of {env.spec.name}, got a team file of {meta.env}")
     if side == "opponent":
         ids = env.spec.opponent_ids
         shape, n = tuple(getattr(env, "opponent_obs_shape", ())), int(getattr(env, "opponent_n_actions", 0))
@@ -192,6 +194,10 @@ def load_team(path: Path | str, env: MultiAgentEnv | None = None, side: str = "o
             tensors = {k: f.get_tensor(k) for k in expected}
     except SafetensorError as exc:
         raise OpponentFileError(f"{path}: not a readable safetensors file, truncated or corrupt ({exc})") from exc
+    bad = [k for k, t in tensors.items() if not torch.isfinite(t.float()).all()]
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise OpponentFileError(f"{path}: expected finite weights, got NaN or inf in {bad[0]}{more}")
     for p, agent in enumerate(meta.agent_ids):
         net.load_policy_state_dict(p, {name: tensors[f"{agent}.{name}"].float() for name in
                                        net.policy_state_dict(p)})

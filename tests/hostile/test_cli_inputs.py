@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,3 +270,37 @@ def test_tiny_run_evaluates_once_per_episode_at_most(tmp_path: Path, capsys: pyt
     steps = [int(r.split(",")[0]) for r in rows]
     assert steps == list(range(0, 401, 50)), steps  # the paper's total/200 would be every 2 env steps
     assert "note: evaluating every 50 env steps" in outcome.stderr
+
+
+def _bomb() -> str:
+    """Billion laughs: 9 levels of 9 aliases each, 9**9 strings once expanded."""
+    lines = ["name: g", 'l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return "\n".join([*lines, "description: *l8", ""])
+
+
+@pytest.mark.parametrize("content,needle", [
+    (_bomb(), "more than 20 aliases"),
+    ("runs: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 32 levels deep"),
+    ("name: g\ndescription: " + "x" * 1_100_000 + "\n", "expected a grid file of at most 1,000,000 bytes"),
+    ("FIFO", "expected a grid file (a regular YAML file), got another kind of file"),
+    ("name: g\nbase: /dev/zero\n", "/dev/zero: expected a grid file (a regular YAML file)"),
+    (b"name: g\n\xff\xfe\n", "expected a UTF-8 text file"),
+], ids=["alias-bomb", "deep-list", "too-large", "fifo", "dev-zero-base", "not-text"])
+def test_grid_files_are_read_with_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Any,
+                                         needle: str) -> None:
+    """A hostile grid file is one line, exit 2, within seconds: no hang on an alias bomb or a FIFO, no
+    RecursionError on deep nesting, no MemoryError on /dev/zero."""
+    import time
+
+    grid = tmp_path / "g.yaml"
+    if content == "FIFO":
+        os.mkfifo(grid)
+    elif isinstance(content, bytes):
+        grid.write_bytes(content)
+    else:
+        grid.write_text(content)
+    t0 = time.monotonic()
+    outcome = run_cli(["grid", "list", grid], capsys)
+    assert time.monotonic() - t0 < 30
+    assert_refused(outcome, 2, needle)
