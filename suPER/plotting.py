@@ -282,10 +282,12 @@ def _read_config(folder: Path) -> tuple[str, str, int, dict[str, Any]]:
         env, seed = config["env"]["name"], config["run"]["seed"]
         if not isinstance(env, str) or isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError
-        return env, configuration_label(config), seed, config
     except (KeyError, TypeError, AttributeError) as exc:
         raise _Unreadable(Skipped(str(path), "expected a run config with env.name (text) and run.seed (integer), "
                                              "got something else")) from exc
+    if env not in ENV_NAMES:
+        raise _Unreadable(Skipped(str(path), f"expected env.name to be one of {', '.join(ENV_NAMES)}, got {env!r}"))
+    return env, configuration_label(config), seed, config
 
 
 def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -330,9 +332,9 @@ def _read_columns(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray, np.n
         if not math.isfinite(x) or math.isinf(y):
             raise _Unreadable(Skipped(str(path), f"expected finite numbers, got {row[i_x]!r}, {row[i_y]!r} on line "
                                                  f"{n}"))
-        if steps and x < steps[-1]:
-            raise _Unreadable(Skipped(str(path), f"expected non-decreasing env_steps, got {row[i_x]} after "
-                                                 f"{steps[-1]:g} on line {n}"))
+        if steps and x <= steps[-1]:  # a repeated step is an evaluation logged twice (a resume gone wrong)
+            raise _Unreadable(Skipped(str(path), f"expected increasing env_steps (each evaluation once), got "
+                                                 f"{row[i_x]} after {steps[-1]:g} on line {n}"))
         steps.append(x)
         values.append(y)
         if i_s is not None:  # informative only (campaign notes): a bad cell is NaN, not a lost run

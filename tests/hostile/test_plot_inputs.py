@@ -343,3 +343,35 @@ def test_out_not_writable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         refused(["plot", root, "--out", locked / "figs"], capsys, tmp_path, "error: --out:", "not writable")
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("damage,needle", [
+    ("duplicate-row", "expected increasing env_steps (each evaluation once)"),
+    ("unknown-env", "expected env.name to be one of"),
+])
+def test_records_that_break_the_run_folder_contract_are_skipped_with_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, needle: str) -> None:
+    """A run with an evaluation row logged twice, or whose config.json names an env that does not exist, is left
+    out of the figure with one warning naming the file (it was drawn without a word)."""
+    from suPER import cli
+
+    root = tmp_path / "campaign"
+    for seed in (1, 2):
+        run = root / f"pursuit__ddqn__s{seed}"
+        run.mkdir(parents=True)
+        (run / "manifest.json").write_text(json.dumps({"status": "finished"}))
+        (run / "config.json").write_text(json.dumps({"env": {"name": "pursuit"}, "run": {"seed": seed, "algo": "ddqn"}}))
+        (run / "metrics.csv").write_text("env_steps,team_return_mean\n0,-1\n100,0\n200,1\n")
+    bad = root / "pursuit__ddqn__s2"
+    if damage == "duplicate-row":
+        (bad / "metrics.csv").write_text("env_steps,team_return_mean\n0,-1\n100,0\n100,0\n200,1\n")
+        named = bad / "metrics.csv"
+    else:
+        (bad / "config.json").write_text(json.dumps({"env": {"name": "no_such_env"}, "run": {"seed": 2}}))
+        named = bad / "config.json"
+    capsys.readouterr()
+    assert cli.main(["plot", str(root), "--out", str(tmp_path / "figs")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and str(named) in err[0] and needle in err[0]
+    table = (tmp_path / "figs" / "final_performance.csv").read_text()
+    assert ",1," in table.replace(" ", "")  # one run left in the table
