@@ -90,8 +90,8 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     from suPER import plotting
 
     text = (ROOT / "docs" / "results.md").read_text()
-    section = text[text.index("### Results", text.index("## Figure 1, reproduced")):]
-    section = section[:section.index("### Honest notes")]
+    section = text[text.index("#### Results", text.index("## Figure 1: SUPER against the baselines")):]
+    section = section[:section.index("#### Honest notes")]
     computed = _rows(markdown(plotting.load_run_curves(plotting.find_run_folders([FIG1]))))
     doc = _rows(section)
     assert sorted(doc) == sorted(computed)
