@@ -33,6 +33,10 @@ ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
 PER=run; OUT=""; CPUS=1; GPUS=0; WAIT=0; DRY=0; GRID=""; SEEDS_GIVEN=0
 LIST_ARGS=(); WANDB_ARGS=()
 while [ $# -gt 0 ]; do
+  case "$1" in  # an option that takes a value and got none is one line, not "unbound variable"
+    --address|--out|--filter|--seeds|--cpus|--gpus)
+      [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || { echo "error: $1: expected a value after it" >&2; exit 2; } ;;
+  esac
   case "$1" in
     --address) ADDRESS="$2"; shift 2 ;;
     --per-run) PER=run; shift ;;
@@ -77,9 +81,12 @@ trap 'rm -f "$RUNTIME_ENV"' EXIT
 "$PY" -c 'import json, sys; from suPER.campaigns import runtime_env; json.dump(runtime_env(sys.argv[1]), open(sys.argv[2], "w"))' \
   ray_runtime.yaml "$RUNTIME_ENV"
 
+# a dry run prints commands a user can paste: the runtime env inline (it holds no secret), not the temp file that
+# is removed when this script exits
+if [ "$DRY" = 1 ]; then RUNTIME_ARGS=(--runtime-env-json "$(cat "$RUNTIME_ENV")"); else RUNTIME_ARGS=(--runtime-env "$RUNTIME_ENV"); fi
 IDS=()
 while IFS=$'\t' read -r ID JOB_CPUS JOB_GPUS ENTRY; do
-  CMD=(ray job submit --address "$ADDRESS" --no-wait --runtime-env "$RUNTIME_ENV" --submission-id "$ID")
+  CMD=(ray job submit --address "$ADDRESS" --no-wait "${RUNTIME_ARGS[@]}" --submission-id "$ID")
   [ "$JOB_CPUS" = 0 ] || CMD+=(--entrypoint-num-cpus "$JOB_CPUS")
   [ "$JOB_GPUS" = 0 ] || CMD+=(--entrypoint-num-gpus "$JOB_GPUS")
   CMD+=(-- bash -c "$ENTRY")

@@ -25,6 +25,22 @@ SACRED_SETTINGS = {
 """sacred key -> dotted setting, where the name differs from ours."""
 
 
+def settings_help() -> str:
+    """What ``with help`` prints: every setting ``with KEY=VALUE`` takes, its default and what it sets."""
+    from dataclasses import MISSING, fields
+
+    from suPER.config import SEACConfig
+
+    lines = ["usage: python train.py [super-marl train flags, e.g. --out DIR] with KEY=VALUE ...", "",
+             "sacred keys of the original SEAC code:"]
+    lines += [f"  {k:<18} -> super-marl train {v}" for k, v in SACRED_FLAGS.items()]
+    lines += [f"  {k:<18} -> --set {v}" for k, v in SACRED_SETTINGS.items()]
+    lines += ["", "SEAC settings (--set seac.KEY=VALUE), with their defaults:"]
+    lines += [f"  {f.name:<18} {f.default!r}" for f in fields(SEACConfig) if f.default is not MISSING]
+    lines += ["", "any dotted key (env.kwargs.x_size=10, run.eval_points=20) is passed as --set KEY=VALUE"]
+    return "\n".join(lines)
+
+
 def translate(argv: list[str]) -> list[str]:
     """``[flags..., "with", "env=pursuit", "lr=1e-3"]`` -> ``super-marl`` arguments.
 
@@ -58,6 +74,10 @@ def translate(argv: list[str]) -> list[str]:
 if __name__ == "__main__":
     from suPER.cli import UserError, main
 
+    if any(a in ("help", "--help", "-h") for a in sys.argv[1:]) and "with" in sys.argv[1:] or \
+            sys.argv[1:] in (["help"], ["--help"], ["-h"]):
+        print(settings_help())
+        sys.exit(0)
     try:
         args = translate(sys.argv[1:])
     except UserError as exc:

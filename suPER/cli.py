@@ -1216,7 +1216,10 @@ def input_error_line(exc: ValueError, argv: list[str]) -> str:
     do not (they start over a run whose folder is moved aside)."""
     from suPER.runs import RunFolderError
 
-    return exc.message(can_overwrite=_accepts_overwrite(argv)) if isinstance(exc, RunFolderError) else str(exc)
+    line = exc.message(can_overwrite=_accepts_overwrite(argv)) if isinstance(exc, RunFolderError) else str(exc)
+    if line.startswith("--out: ") and not any(a == "--out" or a.startswith("--out=") for a in argv):
+        line = line.removeprefix("--out: ")  # the folder was the default: name it, not a flag nobody typed
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,6 +137,21 @@ def test_jobs_never_upload_secret_files_of_the_checkout(tmp_path: Path) -> None:
     assert zipfile.ZipFile(tmp_path / "pkg.zip").namelist() == ["suPER/x.py"]
 
 
+def test_run_all_sh_dry_run_prints_commands_a_user_can_paste(tmp_path: Path) -> None:
+    """The dry run's commands carry the runtime env inline (--runtime-env-json), not the temp file the script
+    deletes when it exits; the JSON holds the secret-file excludes and no environment value."""
+    import shlex
+
+    r = _run_all(tmp_path, "--dry-run", str(SMOKE), "--filter", "name=pursuit-dqn")
+    assert r.code == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("ray job submit")]
+    assert lines
+    argv = shlex.split(lines[0])
+    assert "--runtime-env" not in argv and "super-marl-runtime-env" not in lines[0]
+    env = json.loads(argv[argv.index("--runtime-env-json") + 1])
+    assert ".env" in env["excludes"] and "*.pem" in env["excludes"] and "WANDB_API_KEY" not in env["env_vars"]
+
+
 def _run_all(tmp_path: Path, *args: str) -> Outcome:
     r = subprocess.run(["bash", str(C.ROOT / "run_all.sh"), "--address", "http://127.0.0.1:9", *args],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -147,7 +162,9 @@ def _run_all(tmp_path: Path, *args: str) -> Outcome:
     (["--bogus", str(SMOKE)], ["--bogus", "unknown"]),
     ([str(SMOKE), str(SMOKE)], ["more than one grid file"]),
     (["--per-run", "no_such_grid.yaml"], ["no_such_grid.yaml"]),
-], ids=["unknown-option", "two-grids", "missing-grid"])
+    (["--out"], ["--out: expected a value after it"]),
+    (["--seeds", "--dry-run"], ["--seeds: expected a value after it"]),
+], ids=["unknown-option", "two-grids", "missing-grid", "out-without-value", "seeds-without-value"])
 def test_run_all_sh_refuses_bad_input(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     assert_refused(_run_all(tmp_path, *args), 2, *needles)
     assert list(tmp_path.iterdir()) == []  # nothing written (no runtime-env file left behind either)

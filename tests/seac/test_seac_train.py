@@ -79,3 +79,21 @@ def test_resume_continues_to_the_budget(tmp_path: Path) -> None:
     m = read_metrics(folder.metrics)
     assert summary.env_steps == 240 and list(m["env_steps"]) == [0, 80, 160, 240]
     assert (m["updates"][1:] > 0).all()
+
+
+def test_train_py_lists_its_settings_and_names_the_folder_it_was_given(tmp_path: Path) -> None:
+    """``python train.py with help`` lists every setting it takes (found only from an error message before); a
+    repeated run names the run folder, not an --out the user never typed."""
+    script = C.ROOT / "seac" / "train.py"
+    env = {**os.environ, "WANDB_MODE": "offline", "RAY_AUTH_MODE": "disabled"}
+    r = subprocess.run([sys.executable, str(script), "with", "help"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "num_env_steps" in r.stdout and "seac_lambda" in r.stdout and "entropy_coef" in r.stdout
+    args = [sys.executable, str(script), "with", "env=pursuit", "num_env_steps=60", "episodes_per_eval=1",
+            "env.horizon=20", "env.kwargs.n_evaders=3"]
+    first = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    line = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 2 and line.startswith("error: runs/pursuit__seac__s1 already holds a finished run")
+    assert "--out:" not in line
