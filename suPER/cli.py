@@ -672,6 +672,11 @@ def plot(
                                                                        "marl-eval's layout (suPER/export.py)")] = None,
     figure_title: Annotated[str | None, typer.Option("--title", help="the figure's title (default: the campaign "
                                                                      "folder's name)")] = None,
+    wandb: Annotated[bool, typer.Option("--wandb/--no-wandb", help="also log the figures (images) and tables "
+                                                                   "(W&B tables) to a W&B run")] = False,
+    wandb_project: Annotated[str, typer.Option("--wandb-project")] = "super-marl",
+    wandb_mode: Annotated[str, typer.Option("--wandb-mode", help="offline (files under OUT/wandb) | online "
+                                                                 "(needs WANDB_API_KEY or wandb login)")] = "offline",
 ) -> None:
     """The paper's figures from a campaign: one panel per env, team return vs env steps, one curve per
     configuration (mean, 95% bootstrap band over seeds), plus a final-performance table (mean and IQM
@@ -712,8 +717,37 @@ def plot(
             raise UserError(f"--title: expected one line of text, got {figure_title!r}")
         title = figure_title
     _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
+    if wandb and wandb_mode not in ("offline", "online"):
+        raise UserError(f"--wandb-mode: expected offline or online, got {wandb_mode!r}")
+    if wandb:  # credentials before anything is drawn: a run that cannot log is refused, not half done
+        from suPER.runs import WandbError, check_wandb_credentials
+
+        try:
+            check_wandb_credentials(wandb_mode)
+        except WandbError as exc:
+            raise UserError(str(exc)) from None
     if analysis or marl_eval:
         _analysis(plotting.select_configurations(curves, config or []), target, last_fraction, name, analysis, marl_eval)
+    if wandb:
+        _log_figures(target, title, source, wandb_project, wandb_mode)
+
+
+def _log_figures(target: Path, title: str, source: str, project: str, mode: str) -> None:
+    """Every figure (PNG) and table (CSV) ``plot`` wrote into ``target`` as one W&B run (job type analysis)."""
+    from suPER.runs import WandbError, WandbLogger
+
+    try:
+        logger = WandbLogger(target, project, "", f"{title} figures", {"source": source, "figures": str(target)},
+                             mode=mode, tags=["analysis"])
+    except WandbError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        logger.log_files({p.stem: p for p in sorted(target.glob("*.png"))},
+                         {p.stem: p for p in sorted(target.glob("*.csv"))})
+    finally:
+        logger.close()
+    print(f"W&B ({mode}): {len(list(target.glob('*.png')))} figure(s) and {len(list(target.glob('*.csv')))} "
+          f"table(s) logged" + (f" under {target / 'wandb'} (wandb sync to upload)" if mode == "offline" else ""))
 
 
 def _analysis(curves: list[Any], out: Path, last_fraction: float, name: str | None, claims: bool,

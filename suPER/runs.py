@@ -757,6 +757,20 @@ class WandbLogger:
         """Log at env-step ``step``."""
         self.run.log(dict(metrics), step=step)
 
+    def log_files(self, images: Mapping[str, Path] = {}, tables: Mapping[str, Path] = {}) -> None:  # noqa: B006
+        """Log figures (PNG) as W&B images and CSV files as W&B tables, each under its key, so a W&B user sees
+        what ``plot`` draws; missing files are left out."""
+        wandb = self._wandb
+        logged: dict[str, Any] = {key: wandb.Image(str(path)) for key, path in images.items() if Path(path).is_file()}
+        for key, path in tables.items():
+            if Path(path).is_file():
+                with Path(path).open(newline="") as f:
+                    rows = list(csv.reader(f))
+                if rows:
+                    logged[key] = wandb.Table(columns=rows[0], data=rows[1:])
+        if logged:
+            self.run.log(logged)
+
     def close(self) -> None:
         """Finish the W&B run."""
         self.run.finish()

@@ -281,3 +281,25 @@ def test_written_files_respect_the_umask(tmp_path: Path, umask: int, mode: int) 
     written = [p for p in tmp_path.iterdir() if p.is_file()]
     assert {p.suffix for p in written} >= {".png", ".svg", ".md", ".csv"}
     assert {p.stat().st_mode & 0o777 for p in written} == {mode}
+
+
+def test_wandb_users_see_what_plot_draws_and_each_runs_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B offline: ``plot --wandb`` logs every figure as an image and every table as a W&B table, and a ``train
+    --wandb`` run logs its curve and evaluation rows when it finishes (files under each one's wandb/ folder)."""
+    from suPER import cli
+    from suPER.config import ROOT
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert cli.main(["plot", str(ROOT / "results" / "fig1"), "--out", str(tmp_path / "figs"), "--wandb"]) == 0
+    media = list((tmp_path / "figs" / "wandb").glob("offline-run-*/files/media/**/*"))
+    assert any(p.name.startswith("team_return_") and p.suffix == ".png" for p in media)
+    assert any(p.name.startswith("final_performance_") and p.name.endswith(".table.json") for p in media)
+    args = ["train", "--env", "pursuit", "--num-timesteps", "60", "--eval-interval", "30", "--eval-episodes", "1",
+            "--no-progress", "--wandb", "--set", "env.horizon=20", "--set", "env.kwargs.n_evaders=3",
+            "--out", str(tmp_path / "runs")]
+    assert cli.main(args) == 0
+    run_media = list((tmp_path / "runs" / "pursuit__ddqn__s1" / "wandb").glob("offline-run-*/files/media/**/*"))
+    assert any(p.name.startswith("curve_") and p.suffix == ".png" for p in run_media)
+    assert any(p.name.startswith("metrics_") and p.name.endswith(".table.json") for p in run_media)

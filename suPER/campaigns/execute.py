@@ -195,6 +195,9 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
             on_start(folder, resume)
         summary = train_fn(cfg, folder, logger=logger, progress=progress)
         play_final_games(cfg, folder, backend)
+        plot_curve([folder.path], folder.curve, title=cfg.run_name)
+        if isinstance(logger, runs.WandbLogger):  # the curve and the evaluation rows as W&B sees them
+            logger.log_files({"curve": folder.curve}, {"metrics": folder.metrics})
         status = runs.FINISHED
     except (KeyboardInterrupt, SystemExit):
         # SystemExit: Ray Tune ends a trial it was told to stop (grid run's Ctrl-C) with sys.exit(0) inside
@@ -218,7 +221,6 @@ def _execute_locked(cfg: C.ExperimentConfig, folder: Any, train_fn: Any, overwri
                     timings_s=summary.timings)
     runs.atomic_write_json(folder.manifest, manifest)
     latest.unlink(missing_ok=True)  # only unfinished runs need it; final.pt stays
-    plot_curve([folder.path], folder.curve, title=cfg.run_name)
     return summary
 
 
