@@ -978,13 +978,15 @@ def grid_run(
                                  pack_size=pack_size, pack_memory_gb=pack_memory_gb, dry_run=dry_run)
     if dry_run:
         return
+    stopped = (f", {len(outcome['interrupted'])} interrupted (they resume from their checkpoints), "
+               f"{len(outcome['not_started'])} not started" if outcome["interrupted"] or outcome["not_started"] else "")
     print(f"{len(outcome['finished'])} finished now, {len(outcome['skipped'])} finished before, "
-          f"{len(outcome['failed'])} failed, {len(outcome['pending'])} pending; run folders in {out}")
+          f"{len(outcome['failed'])} failed{stopped}, {len(outcome['pending'])} pending; run folders in {out}")
     if outcome["failed"]:
         print("re-run the same command to resume the failed runs from their checkpoints", file=sys.stderr)
         raise typer.Exit(1)
-    if outcome["interrupted"]:  # Ray Tune took the Ctrl-C and returned: exit as an interrupt (main says how to go on)
-        raise typer.Exit(130)
+    if outcome["interrupted"] or outcome["not_started"]:  # Ray Tune took the Ctrl-C and returned: exit as an
+        raise typer.Exit(130)  # interrupt (main says how to go on)
 
 
 @grid_app.command("submit")
@@ -1121,7 +1123,7 @@ def reproduce(
             print(f"{len(outcome['failed'])} run(s) failed; run the same command again to resume them",
                   file=sys.stderr)
             raise typer.Exit(1)
-        if outcome["interrupted"]:
+        if outcome["interrupted"] or outcome["not_started"]:
             raise typer.Exit(130)
     if address and not out.is_dir():
         print(f"run folders are on the cluster under {out}; draw them there with: super-marl reproduce {figure} "
@@ -1270,6 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
         from click import exceptions as click_exc
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    as_typed = list(argv)  # the command to run again after an interrupt, in the user's own spellings
     typed: dict[str, str] = {}
     try:
         argv, notes = translate_paper_args(argv, typed)
@@ -1305,7 +1308,10 @@ def main(argv: list[str] | None = None) -> int:
         raise
     code = code if isinstance(code, int) and not isinstance(code, bool) else 0  # a command's None return: success
     if code == 130:
-        print("interrupted (re-run the same command to resume from the latest checkpoint)", file=sys.stderr)
+        import shlex
+
+        print(f"interrupted: to resume from the latest checkpoints, run the same command again: "
+              f"{shlex.join(['super-marl', *as_typed])}", file=sys.stderr)
     return code
 
 

@@ -290,7 +290,7 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
         writable_folder(out)
     plan = plan_runs(runs_, out)
     outcome: dict[str, list[str]] = {"finished": [], "skipped": [r.run_name for r in plan.finished], "failed": [],
-                                     "pending": [r.entry for r in plan.pending], "interrupted": []}
+                                     "pending": [r.entry for r in plan.pending], "interrupted": [], "not_started": []}
     if plan.finished:
         console.print(f"skipping {len(plan.finished)} finished run(s)")
     if plan.pending:
@@ -318,6 +318,8 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our live table replaces Tune's console output
     from ray import tune
+
+    _quiet_tune_interrupt_advice()
 
     with ray_session(address) as where:
         if pack and packs is None:  # a cluster: the limit is measured on a worker, by a task with a trial's resources
@@ -357,14 +359,38 @@ def run_grid(grid: Grid, runs_: Sequence[GridRun], out: Path, cpus_per_trial: fl
             name = _trial_run_name(res.config) if res.config else Path(res.path).name
             names = [r["_run_name"] for r in res.config["pack"]["runs"]] if packs is not None and res.config else [name]
             for run_name in names:
-                finished = RunFolder(out / run_name).status() == FINISHED
+                status = RunFolder(out / run_name).status()
+                finished = status == FINISHED
                 key = ("finished" if finished else "failed" if res.error else "interrupted") if packs is not None else (
                     "failed" if res.error else "finished" if finished else "interrupted")
+                if key == "interrupted" and status is None:  # Ctrl-C came before this run wrote anything
+                    key = "not_started"
                 outcome[key].append(run_name)
             if res.error:
                 console.print(f"[red]failed[/] {name}: {str(res.error).strip().splitlines()[-1]} "
                               f"(log: {res.path})")
     return outcome
+
+
+class _TuneAdvice:
+    """Drops Ray Tune's own Ctrl-C messages ("Stop signal received", "Resume experiment with: Tuner.restore(...)", a
+    FileNotFoundError for every trial the Ctrl-C stopped before it started): its restore advice does not resume run
+    folders, and grid run counts the runs not started and says what resumes them (the same command)."""
+
+    def filter(self, record: Any) -> bool:
+        text = record.getMessage()
+        return not any(s in text for s in ("Stop signal received", "Tuner.restore", "has been interrupted",
+                                           "Failed to fetch metrics"))
+
+
+def _quiet_tune_interrupt_advice() -> None:
+    """Attach ``_TuneAdvice`` to Tune's loggers (once)."""
+    import logging
+
+    for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _TuneAdvice) for f in log.filters):
+            log.addFilter(_TuneAdvice())
 
 
 def _plan_packs(console: Any, todo: Sequence[GridRun], out: Path, pack_size: int | None, limit: int, given: bool,

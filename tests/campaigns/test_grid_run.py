@@ -122,9 +122,10 @@ def test_ctrl_c_during_grid_run_exits_130_and_leaves_the_run_resumable(tmp_path:
     out = tmp_path / "campaign"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline", "COLUMNS": "160"}
     env.pop("RAY_ADDRESS", None)
+    # two runs, one at a time (2 CPUs each on this 2-core machine): the second has not started at the Ctrl-C
     proc = subprocess.Popen([sys.executable, "-m", "suPER.cli", "grid", "run", str(grid_file), "--out", str(out),
-                             "--filter", "name=plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                             "--filter", "name=plain,super", "--cpus-per-trial", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     run_dir = out / campaigns.load_grid(grid_file).runs[0].run_name
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not ((run_dir / "checkpoints" / "latest.pt").exists()
@@ -134,7 +135,12 @@ def test_ctrl_c_during_grid_run_exits_130_and_leaves_the_run_resumable(tmp_path:
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout[-2000:] + stderr[-3000:]
     assert "Traceback" not in stdout + stderr
-    assert stderr.strip().splitlines()[-1].startswith("interrupted")
+    last = stderr.strip().splitlines()[-1]
+    assert last == f"interrupted: to resume from the latest checkpoints, run the same command again: super-marl grid run " \
+                   f"{grid_file} --out {out} --filter name=plain,super --cpus-per-trial 2"
+    assert "Tuner.restore" not in stderr and "FileNotFoundError" not in stderr  # Tune's advice resumes nothing here
+    assert "0 finished now, 0 finished before, 0 failed, 1 interrupted (they resume from their checkpoints), 1 not " \
+           "started, 0 pending" in stdout
     manifest = json.loads((run_dir / "manifest.json").read_text())
     # "interrupted", not "failed": Tune stops the trial with sys.exit(0), which is no failure of the run
     assert manifest["status"] == "interrupted" and (run_dir / "checkpoints" / "latest.pt").exists()
