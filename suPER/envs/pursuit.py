@@ -31,15 +31,16 @@ from suPER.envs.base import EnvSpec, StepResult
 from suPER.envs.record import EnvRecord
 
 
-def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int) -> EnvSpec:
-    """The spec of a pursuit game (single or batched): N pursuers learn, observations (R, R, 3) of agent counts.
+def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int, name: str = "pursuit") -> EnvSpec:
+    """The spec of a pursuit game (single or batched): N pursuers learn, observations (R, R, 3) of agent counts;
+    ``name`` is the adapter's record name (a subclass registered under its own name keeps it).
 
     Observation values are agent counts (and 1 for walls), bounded by the larger team size, so uint8 stores
     them losslessly unless a team has more than 255 agents.
     """
     max_count = max(n_pursuers, n_evaders)
     return EnvSpec(
-        name="pursuit",
+        name=name,
         learner_ids=tuple(f"pursuer_{i}" for i in range(n_pursuers)),
         opponent_ids=(),
         obs_shape=(obs_range, obs_range, 3),
@@ -192,7 +193,7 @@ class PursuitEnv:
         game = self._game
         n = game.n_pursuers
         r = game.obs_range
-        self.spec = pursuit_spec(n, game.n_evaders, r, int(game.act_dims[0]))
+        self.spec = pursuit_spec(n, game.n_evaders, r, int(game.act_dims[0]), self.record.name)
         # Padded copy of |model_state[0:3]| with the game's out-of-map fill (walls=1, counts=0), so
         # every pursuer's window is a plain slice; the border never changes, only the interior.
         self._off = game.obs_offset

@@ -111,8 +111,12 @@ def test_resume_continues_the_schedule(tmp_path: Path) -> None:
 
     with pytest.raises(Stop):
         qmix.train(cfg, folder, progress=kill)
-    summary = qmix.train(cfg, folder)
+    before = read_metrics(folder.metrics)
+    seen: list[int] = []
+    summary = qmix.train(cfg, folder, progress=lambda steps, stats: seen.append(steps))
     assert summary.env_steps == 300
+    assert seen and seen[0] > 100  # continued after the checkpoint at 100; a restart would report from its first steps
     m = read_metrics(folder.metrics)
     assert list(m["env_steps"]) == [0, 100, 200, 300]
-    assert m["updates"][-1] > 0 and np.isfinite(m["loss"][-1])
+    np.testing.assert_array_equal(m["updates"][:2], before["updates"][:2])  # rows up to the checkpoint kept as written
+    assert m["updates"][-1] > m["updates"][1] > 0 and np.isfinite(m["loss"][-1])

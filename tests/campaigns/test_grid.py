@@ -22,7 +22,7 @@ def test_paper_grid_expands_to_the_papers_runs() -> None:
     assert len(runnable) == 3 * 2 * 6 * 5 + 3 * 3 * 5 and not any(r.pending for r in grid.runs)  # DQN family + baselines
     assert {r.seed for r in grid.runs} == {1, 2, 3, 4, 5}
     assert {(r.env, r.algo) for r in grid.runs if r.algo in ("qmix", "maddpg", "seac")} == {
-        (e, a) for e in C.ENV_NAMES for a in ("qmix", "maddpg", "seac")}
+        (e, a) for e in C.PAPER_ENVS for a in ("qmix", "maddpg", "seac")}
     assert len({r.run_name for r in runnable}) == len(runnable)  # every run its own folder
     by_env: dict[str, set[tuple[Any, ...]]] = {}
     for r in runnable:
@@ -36,7 +36,7 @@ def test_paper_grid_expands_to_the_papers_runs() -> None:
     expected |= {(algo, True, "gaussian", 1.0, False) for algo in ("ddqn", "dqn")}
     expected |= {(algo, False, None, None, True) for algo in ("ddqn", "dqn")}
     expected |= {(algo, False, None, None, False) for algo in ("seac", "maddpg", "qmix")}
-    assert by_env == {env: expected for env in C.ENV_NAMES}
+    assert by_env == {env: expected for env in C.PAPER_ENVS}
     # DDQN = dueling double; DQN = neither, as the paper's *_plaindqn
     ddqn = next(r for r in runnable if r.algo == "ddqn").config()
     dqn = next(r for r in runnable if r.algo == "dqn").config()
@@ -129,7 +129,7 @@ GOOD = "runs:\n  - {name: a, env: pursuit, algo: ddqn}\n"
      "writes the same run folder 'pursuit__ddqn__s1' as entry 'a'"),
     ("seeds: -1\n" + GOOD, 1, "seeds: expected a count >= 1"),
     ("runs:\n  - {name: a, env: pursuit, algo: ddqn}\n  - {name: a, env: pursuit, name: b}\n", 3, "duplicate key 'name'"),
-    ("runs:\n  - {name: a, env: pursuit, algo: ddqn\n", 3, ""),  # YAML syntax error
+    ("runs:\n  - {name: a, env: pursuit, algo: ddqn\n", 3, "expected ',' or '}'"),  # YAML syntax error
     ("runs:\n  - just-a-string\n", 1, "runs[0]: expected a mapping"),
     ("runs:\n  - {env: pursuit, algo: ddqn}\n", 2, "runs[0]: every entry needs a name"),
     ("defaults: {eval_episodes: many}\n" + GOOD, 1, "defaults: eval_episodes: expected an integer"),
@@ -193,9 +193,9 @@ def test_grid_list_command(tmp_path: Path) -> None:
 def test_fig1_grid_keeps_its_entries_seed_by_seed_at_reduced_budgets() -> None:
     grid = G.load_grid(EXP / "fig1.yaml")
     runs = [r for r in grid.runs if not r.pending]
-    per_env = {e: {r.entry for r in runs if r.env == e} for e in C.ENV_NAMES}
+    per_env = {e: {r.entry for r in runs if r.env == e} for e in C.PAPER_ENVS}
     # every env: no sharing, SUPER quantile / gaussian / stochastic, share-all, parameter sharing
-    assert {e: len(entries) for e, entries in per_env.items()} == {e: 6 for e in C.ENV_NAMES}
+    assert {e: len(entries) for e, entries in per_env.items()} == {e: 6 for e in C.PAPER_ENVS}
     assert {r.algo for r in runs} == {"ddqn"} and {r.seed for r in runs} == {1, 2, 3}
     assert [r.seed for r in runs] == sorted(r.seed for r in runs)  # order: seed
     budget = {"pursuit": 200_000, "battle": 100_000, "adversarial_pursuit": 100_000}

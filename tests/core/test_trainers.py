@@ -46,7 +46,7 @@ def test_readme_snippet_runs_verbatim_and_trains(two_agent_env: type, tiny_train
         for m in ("a0", "a1"):
             assert result["learners"][m]["num_module_steps_trained"] > 0
             assert 0.0 <= result["suPER"][f"fraction_shared_{m}"] <= 1.0
-        assert "fraction_shared_mean" in result["suPER"] and result["suPER"]["relayed_rows"] >= 0
+        assert "fraction_shared_mean" in result["suPER"] and result["suPER"]["relayed_rows_lifetime"] > 0
         assert result["timers"]["suPER_relay"] > 0
     finally:
         trainer.stop()

@@ -140,6 +140,28 @@ def test_an_adapter_without_its_library_arguments_is_refused(scratch_registry: d
 
 
 def test_unknown_names_fail_with_the_registered_ones() -> None:
-    with pytest.raises(ValueError, match="env.name: expected one of pursuit, battle, adversarial_pursuit, got 'chess'"):
+    with pytest.raises(ValueError, match=f"env.name: expected one of {', '.join(C.ENV_NAMES)}, got 'chess'"):
         env_record("chess")
     assert not R.sender_side_priorities("chess") and not R.sender_side_priorities(None)
+
+
+def test_a_subclass_with_its_own_record_names_its_spec_by_it() -> None:
+    """An env built on PursuitEnv under its own record is not mistaken for pursuit: the spec's name (which every
+    lookup by name uses) is the record's, not the parent's."""
+    from dataclasses import replace
+
+    from suPER.envs.pursuit import PursuitEnv
+
+    class TinyPursuitEnv(PursuitEnv):
+        record = replace(PursuitEnv.record, name="tiny_pursuit")
+
+    env = TinyPursuitEnv({"x_size": 8, "y_size": 8, "n_evaders": 3, "n_pursuers": 2}, horizon=10)
+    try:
+        assert env.spec.name == "tiny_pursuit"
+    finally:
+        env.close()
+    parent = PursuitEnv({"x_size": 8, "y_size": 8, "n_evaders": 3, "n_pursuers": 2}, horizon=10)
+    try:
+        assert parent.spec.name == "pursuit"
+    finally:
+        parent.close()
