@@ -69,21 +69,33 @@ class ForkedCall:
         readable, _, _ = select.select([self._fd], [], [], 0)
         return bool(readable)
 
-    def result(self) -> Any:
-        """Wait for the child and return the call's value.
+    def result(self, timeout_s: float | None = None) -> Any:
+        """Wait for the child (at most ``timeout_s`` seconds; None = as long as it takes) and return the call's value.
 
         Raises:
-            ForkedCallError: the call raised in the child (its type and message are kept), or the child ended
-                without writing a result (a signal or an exit status is named).
+            ForkedCallError: the call raised in the child (its type and message are kept), the child ended
+                without writing a result (a signal or an exit status is named), or it gave none within
+                ``timeout_s`` (it is killed then: a child that stopped responding must not block its parent).
         """
+        import time
+
         if self._fd is None:
             raise ForkedCallError(f"{self.what}: its result was already collected")
-        fd, self._fd = self._fd, None
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                self._chunks.append(chunk)
-        finally:
-            os.close(fd)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        fd = self._fd
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([fd], [], [], wait)
+            if not readable:
+                self.cancel()
+                raise ForkedCallError(f"{self.what}: its worker process gave no result within {timeout_s:g} s "
+                                      f"(stopped responding); it was killed")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            self._chunks.append(chunk)
+        self._fd = None
+        os.close(fd)
         status = self._reap()
         payload = b"".join(self._chunks)
         if not payload:

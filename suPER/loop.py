@@ -71,11 +71,12 @@ from suPER.evaluation import (
     evaluate_episodes,
     make_eval_batch,
 )
-from suPER.forked import ForkedCall, fork_supported
+from suPER.forked import ForkedCall, ForkedCallError, fork_supported
 from suPER.runs import (
     CSVMetrics,
     Logger,
     NoLogger,
+    RunFailure,
     RunFolder,
     RunFolderError,
     Summary,
@@ -83,6 +84,11 @@ from suPER.runs import (
     namespaced_metrics,
     seed_everything,
 )
+
+FORKED_EVAL_TIMEOUT_S = 1800.0
+"""Longest wait for a forked evaluation (``run.eval_parallel``) at the next checkpoint: a worker that stopped
+responding is killed then and the run stops with one line (it resumes from its last checkpoint). An evaluation of
+the paper's 20 episodes takes seconds to a few minutes on one core."""
 
 LOOP_CHECKPOINT_VERSION = 2
 """Format version of the ``latest.pt`` files ``RunLoop.save`` writes (2: with a copy of the metrics rows)."""
@@ -477,7 +483,11 @@ class RunLoop:
         if pending is None:
             return None
         with self.timer("eval"):
-            res = pending.call.result()
+            try:
+                res = pending.call.result(timeout_s=FORKED_EVAL_TIMEOUT_S)
+            except ForkedCallError as exc:  # one line, exit 1; the folder resumes from its last checkpoint
+                raise RunFailure(f"{exc}; the run stopped and {self.folder.path} is resumable: rerun the same "
+                                 f"command (or evaluate in-process: --no-eval-parallel)") from None
         row = self.record.row(pending.env_steps, res, self.spec.learner_ids, pending.train_return, pending.extra,
                               at=pending.at)
         self.checkpoint_due = True

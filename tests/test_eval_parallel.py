@@ -21,7 +21,7 @@ from suPER import campaigns
 from suPER import config as C
 from suPER.forked import ForkedCall, ForkedCallError
 from suPER.loop import RunLoop
-from suPER.runs import RunFolder
+from suPER.runs import RunFailure, RunFolder
 
 TIMING_COLUMNS = ("env_steps_per_sec", "wall_time_s")
 
@@ -106,8 +106,8 @@ def test_a_failed_or_killed_evaluation_is_one_named_error(tmp_path: Path) -> Non
         raise ValueError("policy exploded\nsecond line")
 
     loop.evaluate(broken)
-    with pytest.raises(ForkedCallError, match=r"^evaluation at env step 0 failed in its worker process: "
-                                              r"ValueError: policy exploded$"):
+    with pytest.raises(RunFailure, match=r"^evaluation at env step 0 failed in its worker process: "
+                                         r"ValueError: policy exploded; the run stopped and .* is resumable"):
         loop.collect_evaluation()
     assert loop.metrics.rows == []
 
@@ -120,6 +120,33 @@ def test_a_failed_or_killed_evaluation_is_one_named_error(tmp_path: Path) -> Non
         call.result()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie left
+    for env in [*loop.envs, loop.eval_env]:
+        env.close()
+
+
+def test_an_evaluation_that_stops_responding_is_killed_within_its_bound(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked evaluation that hangs no longer blocks training forever: the wait at the next checkpoint is bounded,
+    the worker is killed (no zombie), and the run stops with one line naming the evaluation step."""
+    from suPER import loop as L
+
+    monkeypatch.setattr(L, "FORKED_EVAL_TIMEOUT_S", 2.0)
+    cfg = resolve(tmp_path, "pursuit", PURSUIT, 100, eval_parallel=True)
+    loop = RunLoop(cfg, RunFolder(tmp_path / "run"))
+
+    def hung(obs_ENO: np.ndarray, alive_EN: np.ndarray) -> np.ndarray:
+        time.sleep(3600)
+        raise AssertionError("unreachable")
+
+    loop.evaluate(hung)
+    pid = loop._pending.call.pid  # type: ignore[union-attr]
+    t0 = time.monotonic()
+    with pytest.raises(RunFailure, match=r"^evaluation at env step 0: its worker process gave no result within 2 s "
+                                         r"\(stopped responding\); it was killed; the run stopped"):
+        loop.collect_evaluation()
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # killed and reaped
     for env in [*loop.envs, loop.eval_env]:
         env.close()
 
