@@ -230,6 +230,9 @@ def train(
         raise UserError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if num_seeds < 1:
         raise UserError(f"{typed.get('--num-seeds', '--num-seeds')}: expected an integer >= 1, got {num_seeds}")
+    if pack and eval_parallel:  # a pack evaluates in-process: say so instead of running with a note
+        raise UserError(f"{typed.get('--eval-parallel', '--eval-parallel')}: packed runs evaluate in-process; drop "
+                        f"it or --pack")
     if eval_episodes == 0:  # 0 is for trainers that skip evaluation (best responses), not a run's curve
         raise UserError(f"{typed.get('--eval-episodes', '--eval-episodes')}: expected an integer >= 1 (every "
                         f"evaluation plays them), got 0")
@@ -585,8 +588,9 @@ def _check_figure_args(out: Path, smooth: int, last_fraction: float, name: str |
         raise UserError(f"--smooth: expected a whole number of evaluations >= 1 (1 = no smoothing), got {smooth}")
     if not 0 < last_fraction <= 1:  # also refuses nan
         raise UserError(f"--last-fraction: expected a fraction in (0, 1], got {last_fraction:g}")
-    if name is not None and (not name.strip() or "/" in name or os.sep in name or name in (".", "..")):
-        raise UserError(f"--name: expected a file stem without folders, got {name!r}")
+    if name is not None and (not name.strip() or "/" in name or os.sep in name or name in (".", "..")
+                             or not C.is_folder_name(name)):
+        raise UserError(f"--name: expected a file stem without folders or control characters, got {name!r}")
     if out.exists() and not out.is_dir():
         raise UserError(f"{out_flag}: expected a folder for figures and tables, got the file {out}")
     parent = out
@@ -596,6 +600,22 @@ def _check_figure_args(out: Path, smooth: int, last_fraction: float, name: str |
         raise UserError(f"{out_flag}: expected a folder for figures and tables, got {out}, below the file {parent}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{out_flag}: expected a writable folder, got {out} ({parent} is not writable)")
+
+
+def _check_output_file(path: Path, flag: str) -> None:
+    """Refuse an output file that cannot be written (a folder, below a file, a read-only place) before anything is
+    drawn, so a refusal writes nothing."""
+    import os
+
+    if path.is_dir():
+        raise UserError(f"{flag}: expected a file to write, got the folder {path}")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{flag}: expected a file to write, got {path}, below the file {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{flag}: expected a writable place, got {path} (not writable)")
 
 
 def _report(curves: list[Any], skipped: list[Any], out: Path, metric: str, smooth: int, last_fraction: float,
@@ -687,6 +707,17 @@ def plot(
     """
     from suPER import plotting
 
+    if marl_eval is not None:
+        _check_output_file(marl_eval, "--marl-eval")
+    if wandb and wandb_mode not in ("offline", "online"):
+        raise UserError(f"--wandb-mode: expected offline or online, got {wandb_mode!r}")
+    if wandb:  # credentials before anything is drawn: a run that cannot log is refused, not half done
+        from suPER.runs import WandbError, check_wandb_credentials
+
+        try:
+            check_wandb_credentials(wandb_mode)
+        except WandbError as exc:
+            raise UserError(str(exc)) from None
     skipped: list[Any] = []
     if from_wandb:
         if campaign_dir is None and out is None:
@@ -717,15 +748,6 @@ def plot(
             raise UserError(f"--title: expected one line of text, got {figure_title!r}")
         title = figure_title
     _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
-    if wandb and wandb_mode not in ("offline", "online"):
-        raise UserError(f"--wandb-mode: expected offline or online, got {wandb_mode!r}")
-    if wandb:  # credentials before anything is drawn: a run that cannot log is refused, not half done
-        from suPER.runs import WandbError, check_wandb_credentials
-
-        try:
-            check_wandb_credentials(wandb_mode)
-        except WandbError as exc:
-            raise UserError(str(exc)) from None
     if analysis or marl_eval:
         _analysis(plotting.select_configurations(curves, config or []), target, last_fraction, name, analysis, marl_eval)
     if wandb:

@@ -75,6 +75,8 @@ CASES = [
     (["--opponent", "no/such/team.safetensors"], "--opponent: expected no opponent setting for pursuit"),
     (["--opponent-epsilon", "0.1"], "--opponent-epsilon: expected no opponent setting"),
     (["--eval-episodes", "0"], "--eval-episodes: expected an integer >= 1"),
+    (["--pack", "--num-seeds", "2", "--eval-parallel"], "--eval-parallel: packed runs evaluate in-process"),
+    (["--pack", "--num_seeds", "2", "--eval_in_parallel"], "--eval_in_parallel: packed runs evaluate in-process"),
     # a SUPER setting while SUPER is off would train plain DDQN without a word
     (["--bandwidth", "0.3"], "--bandwidth: is a SUPER setting, but SUPER is off: add --super"),
     (["--suPER_mode", "quantile"], "--suPER_mode: is a SUPER setting, but SUPER is off"),

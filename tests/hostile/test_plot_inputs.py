@@ -375,3 +375,25 @@ def test_records_that_break_the_run_folder_contract_are_skipped_with_one_warning
     assert len(err) == 1 and str(named) in err[0] and needle in err[0]
     table = (tmp_path / "figs" / "final_performance.csv").read_text()
     assert ",1," in table.replace(" ", "")  # one run left in the table
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--marl-eval", "{dir}"], "--marl-eval: expected a file to write, got the folder"),
+    (["--marl-eval", "{file}/x.json"], "--marl-eval: expected a file to write, got"),
+    (["--name", "fig\nure"], "--name: expected a file stem without folders or control characters"),
+])
+def test_outputs_are_checked_before_any_figure_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          args: list[str], needle: str) -> None:
+    """A --marl-eval that is a folder or below a file, or a --name with a newline: refused before the figures are
+    written (they were written first, then the export failed)."""
+    from suPER import cli
+    from suPER.config import ROOT
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    argv = [a.format(dir=tmp_path / "adir", file=tmp_path / "afile") for a in args]
+    capsys.readouterr()
+    code = cli.main(["plot", str(ROOT / "results" / "fig1"), "--out", str(tmp_path / "figs"), *argv])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and needle in err[0]
+    assert not (tmp_path / "figs").exists()
