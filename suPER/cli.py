@@ -1288,6 +1288,17 @@ def main(argv: list[str] | None = None) -> int:
     non-standalone mode typer *returns* the code of ``typer.Exit`` (and turns Ctrl-C into ``Exit(130)``)
     instead of exiting, so ignoring the return value made all of these exit 0.
     """
+    import os
+
+    for stream in (sys.stdout, sys.stderr):  # an ASCII-only PYTHONIOENCODING must not turn a path into a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        print("error: the current directory no longer exists (deleted while this shell was in it); cd to an "
+              "existing folder", file=sys.stderr)
+        return 2
     try:  # typer >= 0.29 vendors click as typer._click
         from typer._click import exceptions as click_exc
     except ImportError:  # pragma: no cover - older typer

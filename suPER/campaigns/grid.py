@@ -56,6 +56,14 @@ FLAG_NAMES = (*C.FLAG_KEYS, *SPECIAL_KEYS)
 SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
 """Flags that only mean something with the relay on: refused in an entry that never sets ``super``."""
 
+GRID_DECIDED = {
+    "run.seed": "is the grid's to decide (seeds: N or seeds: [7] on the entry), not a set: key",
+    "run.out": "where runs live is the campaign's (--out of grid run / grid submit), not an entry's",
+    "run.name": "run folders are named by the grid (env, algorithm, seed, tag: use tag:), not set per entry",
+}
+"""Settings a grid decides for each run: refused in ``set`` blocks (a run.out there wrote outside the campaign
+folder; a run.seed turned every seed of an entry into one folder)."""
+
 BOOL_FLAGS = {"super": "super", "parameter_sharing": "parameter-sharing", "wandb": "wandb",
               "legacy": "legacy", "quick": "quick"}
 """Boolean flags -> their ``--X/--no-X`` option stem."""
@@ -363,6 +371,8 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
                 raise GridError(f"{at}: set: expected a mapping of dotted keys, got {type(value).__name__}")
             for dotted, v in value.items():
                 sub = f"{where.rsplit(':', 1)[0]}:{_line(value, dotted)}" if _line(value, dotted) else at
+                if dotted in GRID_DECIDED:
+                    raise GridError(f"{sub}: {what}: set: {dotted}: {GRID_DECIDED[dotted]}")
                 _type_check({str(dotted): v}, f"{sub}: {what}: set", flag=False)
         elif key in C.FLAG_KEYS:
             _type_check({C.FLAG_KEYS[key]: value}, f"{at}: {what}: {key}")

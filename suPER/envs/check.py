@@ -65,8 +65,11 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"{labels.get(dotted, dotted)}: unknown {cfg.name} setting {key!r} ({hint}"
                               f"{cfg.name} takes: {', '.join(known)})")
-    typed = [labels[k] for k in labels if k.startswith("env.kwargs.")]
-    where = typed[0] if len(typed) == 1 else "env.kwargs"
+    typed = [k for k in labels if k.startswith("env.kwargs.")]
+    where = labels[typed[0]] if len(typed) == 1 else "env.kwargs"
+    # name what was typed: the one setting given (its value), else every setting of the env
+    shown = (f"{typed[0].removeprefix('env.kwargs.')}={cfg.kwargs.get(typed[0].removeprefix('env.kwargs.'))!r}"
+             if len(typed) == 1 else repr(dict(cfg.kwargs)))
     try:
         env = make_env(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
         try:
@@ -77,7 +80,7 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
             env.close()
     except Exception as exc:  # noqa: BLE001 - any failure of the library's own code means these settings are unusable
         detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise ConfigError(f"{where}: expected settings {cfg.name} can run, got {dict(cfg.kwargs)!r} "
+        raise ConfigError(f"{where}: expected settings {cfg.name} can run, got {shown} "
                           f"({type(exc).__name__}{': ' + detail if detail else ''})") from exc
     if not spec.learner_ids:
         raise ConfigError(f"{where}: expected settings with at least one learner, got {dict(cfg.kwargs)!r}")

@@ -57,7 +57,8 @@ CASES = [
     (["--set", "env.kwargs.n_pursuer=5"], "did you mean 'n_pursuers'"),
     (["--set", "env.kwargs.x_size=0"], "--set env.kwargs.x_size:"),
     (["--env", "battle", "--opponent", "random", "--set", "env.kwargs.map_sise=20"], "did you mean 'map_size'"),
-    (["--env", "battle", "--opponent", "random", "--set", "env.kwargs.map_size=2"], "--set env.kwargs.map_size:"),
+    (["--env", "battle", "--opponent", "random", "--set", "env.kwargs.map_size=2"],
+     "--set env.kwargs.map_size: expected settings battle can run, got map_size=2 ("),
     (["--env", "adversarial_pursuit", "--opponent", "random", "--set", "env.kwargs.tag_penalty=x"],
      "--set env.kwargs.tag_penalty:"),
     (["--env_pursuit_num_agents", "0"], "--env_pursuit_num_agents:"),
@@ -118,6 +119,12 @@ GRID_CASES = [
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, protocol: theirs}\n", ":3:", "protocol:"),
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, bandwidth: 0.3}\n", ":3:",
      "bandwidth: is a SUPER setting, but super is not set"),
+    ("name: g\nseeds: 3\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {run.seed: 7}}\n", ":4:",
+     "set: run.seed: is the grid's to decide"),
+    ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {run.out: /tmp/elsewhere}}\n", ":3:",
+     "set: run.out: where runs live is the campaign's"),
+    ("name: g\ndefaults: {set: {run.name: x}}\nruns:\n  - {name: a, env: pursuit, algo: ddqn}\n", ":2:",
+     "set: run.name: run folders are named by the grid"),
 ]
 
 
@@ -306,3 +313,20 @@ def test_grid_files_are_read_with_limits(tmp_path: Path, capsys: pytest.CaptureF
     outcome = run_cli(["grid", "list", grid], capsys)
     assert time.monotonic() - t0 < 30
     assert_refused(outcome, 2, needle)
+
+
+def test_a_deleted_current_directory_and_an_ascii_only_encoding_are_one_line_or_work(tmp_path: Path) -> None:
+    """The shell's current folder deleted under it: one line, exit 2 (a FileNotFoundError traceback before). An
+    ASCII-only PYTHONIOENCODING with a non-ASCII --out: the command runs and prints the path escaped."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    r = subprocess.run(["bash", "-c", f"cd {gone} && rmdir {gone} && exec {sys.executable} -m suPER.cli envs"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("error: the current directory no longer exists (deleted while this shell was in "
+                                "it); cd to an existing folder")
+    out = tmp_path / "résultats"
+    (out / "pursuit__ddqn__s1").mkdir(parents=True)
+    (out / "pursuit__ddqn__s1" / "manifest.json").write_text('{"status": "finished"}')
+    r = run_subprocess(["train", "--env", "pursuit", "--out", out], env={"PYTHONIOENCODING": "ascii"})
+    assert_refused(r, 2, "r\\xe9sultats", "already holds a finished run")
