@@ -229,10 +229,15 @@ class Population:
         if not path.exists():
             return 0
         try:
-            return int(json.loads(path.read_text())["finished_iterations"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            value = json.loads(path.read_text())["finished_iterations"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
             raise RunFolderError(f"{path}: expected {{\"finished_iterations\": N}}, got an unreadable file "
-                                 f"({type(exc).__name__}: {exc})", "repair it", f"start {self.folder} over") from None
+                                 f"({type(exc).__name__})", "repair it", f"start {self.folder} over") from None
+        # a count of finished iterations: an integer (not a bool, not 1.7) between 0 and the iterations asked
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.cfg.iterations:
+            raise RunFolderError(f"{path}: expected finished_iterations to be an integer in 0..{self.cfg.iterations}, "
+                                 f"got {value!r}", "repair it", f"start {self.folder} over")
+        return value
 
     def members(self, side: str, upto: int) -> dict[str, str]:
         """``side``'s policies after iteration ``upto``: name -> ``random`` or its team file."""
@@ -259,6 +264,7 @@ class Population:
         mine = json.loads(json.dumps(asdict(self.cfg)))
         if not overwrite:
             self.finished()  # a damaged state.json is refused here, before anything is written
+            PayoffTable.load(self.payoff_path)  # and so is a damaged payoff table
         if path.exists() and not overwrite:
             try:
                 theirs = json.loads(path.read_text())

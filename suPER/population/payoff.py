@@ -81,15 +81,28 @@ class PayoffTable:
     @classmethod
     def load(cls, path: Path) -> PayoffTable:
         """Read ``payoff.csv`` (an absent file is an empty table)."""
+        from suPER.runs import RunFolderError
+
         path = Path(path)
         if not path.exists():
             return cls()
         entries = {}
-        with open(path, newline="") as fh:
-            for row in csv.DictReader(fh):
-                entry: dict[str, Any] = {k: (v if k in _TEXT else int(v) if k in _INT else float(v))
-                                         for k, v in row.items()}
-                entries[(entry["team_policy"], entry["opponent_policy"])] = entry
+        try:
+            with open(path, newline="") as fh:
+                reader = csv.DictReader(fh)
+                if reader.fieldnames is None or not set(COLUMNS) <= set(reader.fieldnames):
+                    raise ValueError(f"a file without the columns {', '.join(COLUMNS)}")
+                for n, row in enumerate(reader, start=2):
+                    try:
+                        entry: dict[str, Any] = {k: (v if k in _TEXT else int(v) if k in _INT else float(v))
+                                                 for k, v in row.items()}
+                    except (TypeError, ValueError):
+                        raise ValueError(f"a non-number on line {n}") from None
+                    entries[(entry["team_policy"], entry["opponent_policy"])] = entry
+        except (OSError, ValueError, csv.Error) as exc:  # UnicodeDecodeError (a binary file) is a ValueError
+            why = str(exc) if not isinstance(exc, UnicodeDecodeError) else "bytes that are not text"
+            raise RunFolderError(f"{path}: expected the payoff table (CSV), got {why}", "repair it",
+                                 f"start {path.parent} over") from None
         return cls(entries)
 
     def save(self, path: Path) -> None:

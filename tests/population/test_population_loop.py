@@ -120,6 +120,17 @@ def test_a_folder_it_cannot_use_is_one_line_exit_2_and_left_as_it_was(tmp_path: 
     (folder / "population.json").unlink()
     (folder / "state.json").write_text("[]")
     refused(tmp_path / "runs", f"error: {folder / 'state.json'}: expected")  # even without population.json
+    for bad in ("-1", "true", "1.7", "5"):  # a count of finished iterations: 0..--iterations, an integer
+        (folder / "state.json").write_text(f'{{"finished_iterations": {bad}}}')
+        refused(tmp_path / "runs", f"error: {folder / 'state.json'}: expected finished_iterations to be an integer "
+                                   f"in 0..1, got {bad.replace('true', 'True')}")
+    (folder / "state.json").unlink()
+    (folder / "payoff.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary")
+    refused(tmp_path / "runs", f"error: {folder / 'payoff.csv'}: expected the payoff table (CSV), got bytes that "
+                               f"are not text")
+    (folder / "payoff.csv").write_text("team_policy,opponent_policy\nrandom,random\n")
+    refused(tmp_path / "runs", f"{folder / 'payoff.csv'}: expected the payoff table (CSV), got a file without the "
+                               f"columns team_policy, opponent_policy, episodes")
 
 
 def _wait(proc: subprocess.Popen[bytes], ready, timeout: float = 900.0) -> None:  # type: ignore[no-untyped-def]
