@@ -137,6 +137,13 @@ class PopulationConfig:
                                 f"{C.SEED_LIMIT - 1000}, got {self.seed}")
         for it in sorted({1, self.iterations}):  # the trainer config resolves (bad --set fails here), first and last
             self.br_config(it, self.sides[-1], Path("."), Path("."))
+        if any(k.startswith("env.kwargs.") for k in self.overrides):  # the env's own constructor, as train probes it
+            from dataclasses import replace
+
+            from suPER.envs.check import probe_env
+
+            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides).env
+            probe_env(replace(env_cfg, opponent="random"), {k: f"--set {k}" for k in self.overrides})
         if self.vs_shipped:
             from suPER.opponents import check_opponent
 

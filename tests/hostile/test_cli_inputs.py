@@ -167,6 +167,10 @@ CAMPAIGN_CASES = [
     # population: checked before any best response trains (a negative seed ran to the end; a file as --install-dir
     # failed after every best response had trained)
     (["population", "psro", "--env", "battle", "--seed", "-1", "--out", "{tmp}/p"], "--seed: expected an integer >= 0"),
+    (["population", "psro", "--env", "battle", "--set", "env.kwargs.bogus=1", "--out", "{tmp}/p"],
+     "--set env.kwargs.bogus: unknown battle setting 'bogus'"),
+    (["population", "psro", "--env", "battle", "--set", "env.kwargs.map_size=2", "--out", "{tmp}/p"],
+     "--set env.kwargs.map_size: expected settings battle can run, got map_size=2"),
     (["population", "psro", "--env", "battle", "--install", "--install-dir", "{file}", "--out", "{tmp}/p"],
      "--install-dir: expected a folder, got the file"),
     # the flag as typed, not the config key it sets
