@@ -127,19 +127,29 @@ class MixtureOpponent:
         return self.members[self.current].act(obs_MO, alive_M)
 
 
+MAX_MIXTURE_MEMBERS = 1000
+"""Members (of positive weight) a mixture file may have: a population of PSRO iterations has tens; a file of thousands
+is refused with one line rather than loading for minutes."""
+
+
 def load_mixture_opponent(path: Path, env: MultiAgentEnv, cfg: C.EnvConfig, seed: int | None) -> MixtureOpponent:
     """Build the ``MixtureOpponent`` of a mixture file against ``env``'s opponent team.
 
-    Members are checked like any opponent file (``suPER.opponents.load_team``); they act greedily, or
-    epsilon-greedily with ``cfg.opponent_epsilon``.
+    Members are checked like any opponent file (``suPER.opponents.load_team``), each distinct file read once (members
+    that name the same team share its network); they act greedily, or epsilon-greedily with ``cfg.opponent_epsilon``.
 
     Raises:
-        OpponentFileError: a bad mixture file, a member for another env, or a bad member file.
+        OpponentFileError: a bad mixture file, more than ``MAX_MIXTURE_MEMBERS`` members, a member for another
+            env, or a bad member file.
     """
     env_name, members = read_mixture(path)
     if env_name != env.spec.name:
         raise OpponentFileError(f"{path}: a mixture for {env_name}, not {env.spec.name}")
     kept = [m for m in members if m.weight > 0]
+    if len(kept) > MAX_MIXTURE_MEMBERS:
+        raise OpponentFileError(f"{path}: expected at most {MAX_MIXTURE_MEMBERS} members of positive weight, got "
+                                f"{len(kept)}")
+    nets: dict[Path, Any] = {}
     policies: list[OpponentPolicy] = []
     for k, m in enumerate(kept):
         member_seed = None if seed is None else seed + 7919 * (k + 1)
@@ -147,6 +157,8 @@ def load_mixture_opponent(path: Path, env: MultiAgentEnv, cfg: C.EnvConfig, seed
             n_actions = int(env.opponent_n_actions)  # type: ignore[attr-defined]
             policies.append(RandomOpponent(n_actions, member_seed))
         else:
-            net, _ = load_team(Path(path).parent / m.file, env, "opponent")
-            policies.append(NetworkOpponent(net, cfg.opponent_epsilon, member_seed))
+            file = (Path(path).parent / m.file).resolve()
+            if file not in nets:
+                nets[file], _ = load_team(file, env, "opponent")
+            policies.append(NetworkOpponent(nets[file], cfg.opponent_epsilon, member_seed))
     return MixtureOpponent(policies, [m.weight for m in kept], seed, names=[m.policy for m in kept])

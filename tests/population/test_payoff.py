@@ -129,3 +129,34 @@ def test_ray_tasks_give_the_local_entries(tmp_path: Path, env_cfg: C.EnvConfig) 
         assert {k: v for k, v in remote.entries[key].items() if k != "wall_s"} == pytest.approx(
             {k: v for k, v in entry.items() if k != "wall_s"}), key
     assert len(PayoffTable.load(tmp_path / "payoff.csv").entries) == 4
+
+
+def test_a_mixture_of_many_members_reads_each_file_once_and_has_a_limit(tmp_path: Path, env_cfg: C.EnvConfig,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3,000 members naming 2 team files: each file is read once (the members share its network), and the env
+    builds in seconds; past MAX_MIXTURE_MEMBERS the file is one OpponentFileError line."""
+    import json as js
+    import time
+
+    from suPER.opponents import team_file as TF
+    from suPER.population import mixture as M
+
+    red1, red2 = team_file(tmp_path, "red", 1), team_file(tmp_path, "red", 2)
+    members = [{"policy": f"p{k}", "file": Path(red1 if k % 2 else red2).name, "weight": 1.0} for k in range(3000)]
+    path = tmp_path / "big.mixture.json"
+    path.write_text(js.dumps({"format": M.FORMAT, "version": M.FORMAT_VERSION, "env": "battle", "members": members}))
+    monkeypatch.setattr(M, "MAX_MIXTURE_MEMBERS", 5000)
+    reads: list[str] = []
+    real = TF.load_team
+    monkeypatch.setattr(M, "load_team", lambda p, *a, **k: (reads.append(str(p)), real(p, *a, **k))[1])
+    t0 = time.monotonic()
+    env = O.make_env(replace(env_cfg, opponent=str(path)), seed=1)
+    try:
+        assert len(reads) == 2 and time.monotonic() - t0 < 60
+        nets = {id(m.net) for m in env.opponent.members}
+        assert len(env.opponent.members) == 3000 and len(nets) == 2
+    finally:
+        env.close()
+    monkeypatch.setattr(M, "MAX_MIXTURE_MEMBERS", 1000)
+    with pytest.raises(C.ConfigError, match="big.mixture.json: expected at most 1000 members of positive weight, got 3000"):
+        O.make_env(replace(env_cfg, opponent=str(path)), seed=1)
