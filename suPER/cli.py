@@ -1325,10 +1325,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, C.ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # a run that could not start its W&B logging: a failure, not bad input
-        from suPER.runs import WandbError
+    except RuntimeError as exc:  # a run that could not start its W&B logging, or stopped on a failed write
+        from suPER.runs import RunFailure, WandbError
 
-        if isinstance(exc, WandbError):
+        if isinstance(exc, (WandbError, RunFailure)):
             print(f"error: {exc}", file=sys.stderr)
             return 1
         raise

@@ -17,6 +17,7 @@ import torch
 
 from suPER import opponents as O
 from suPER.cli import main
+from tests.hostile.test_run_folders import disk_full_after  # noqa: F401, F811 - the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--set", "env.kwargs.map_size=12", "--set", "dqn.batch_size=2", "--set", "dqn.hiddens=8",
@@ -240,3 +241,21 @@ def test_vs_shipped_reference_column(tmp_path: Path) -> None:
     assert rated[("blue", "blue/001")]["win_vs_shipped"] == payoff[("blue/001", "shipped")]["win_rate"]
     assert rated[("red", "random")]["win_vs_shipped"] == payoff[("shipped", "random")]["loss_rate"]
     assert sorted(r["policy"] for r in rows(folder / "meta_strategy.csv")) == ["blue/001", "random", "random"]
+
+
+@pytest.mark.parametrize("writes_before_full", [3, 12], ids=["at-the-settings", "in-the-first-best-response"])
+def test_disk_full_during_a_population_is_one_line_and_it_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  disk_full_after: object,  # noqa: F811 - the fixture
+                                                                  writes_before_full: int) -> None:
+    """The disk fills during a population run: one error line naming what could not be written and that the run
+    resumes, exit 1 (an 87-line traceback from torch's zip writer before); with space freed the same command
+    finishes."""
+    args = ["population", "selfplay", "--env", "battle", "--iterations", "1", "--br-steps", "20", "--sides",
+            "opponent", "--eval-episodes", "1", "--no-figures", *TINY, "--out", str(tmp_path / "runs")]
+    disk_full_after(tmp_path / "runs", writes_before_full)  # type: ignore[operator]
+    capsys.readouterr()
+    assert main(args) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "No space left on device" in err[0] and "resumable" in err[0], err
+    disk_full_after(tmp_path / "runs", 10**9)  # type: ignore[operator]
+    assert main(args) == 0, capsys.readouterr().err
