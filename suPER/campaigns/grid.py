@@ -362,8 +362,8 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
             raise GridError(f"{at}: {what}: env: expected one of {', '.join(C.ENV_NAMES)}, got {value!r}")
         if key == "algo" and not isinstance(value, str):
             raise GridError(f"{at}: {what}: algo: expected a name, got {value!r}")
-        if key in ("legacy", "quick") and not isinstance(value, bool):
-            raise GridError(f"{at}: {what}: {key}: expected true or false, got {value!r}")
+        if (key in ("legacy", "quick") or key in _BOOL_FLAG_NAMES) and not isinstance(value, bool):
+            raise GridError(f"{at}: {what}: {key}: expected true or false (unquoted), got {value!r}")
         if key == "protocol" and value not in C.PROTOCOLS:
             raise GridError(f"{at}: {what}: protocol: expected one of {', '.join(C.PROTOCOLS)}, got {value!r}")
         if key == "set":
@@ -373,10 +373,34 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
                 sub = f"{where.rsplit(':', 1)[0]}:{_line(value, dotted)}" if _line(value, dotted) else at
                 if dotted in GRID_DECIDED:
                     raise GridError(f"{sub}: {what}: set: {dotted}: {GRID_DECIDED[dotted]}")
+                if _is_bool_setting(str(dotted)) and not isinstance(v, bool):
+                    raise GridError(f"{sub}: {what}: set: {dotted}: expected true or false (unquoted), got {v!r}")
                 _type_check({str(dotted): v}, f"{sub}: {what}: set", flag=False)
         elif key in C.FLAG_KEYS:
             _type_check({C.FLAG_KEYS[key]: value}, f"{at}: {what}: {key}")
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in block.items()}
+
+
+def _bool_flag_names() -> frozenset[str]:
+    """``FLAG_KEYS`` names whose setting is a boolean: a grid file must give them as YAML true / false. A quoted
+    "false" is text, which one command took for False and another (``grid submit``'s ``--super``) for True."""
+    cfg = C.ExperimentConfig()
+    out = set()
+    for name, dotted in C.FLAG_KEYS.items():
+        section, key = dotted.split(".")
+        if isinstance(getattr(getattr(cfg, section), key), bool):
+            out.add(name)
+    return frozenset(out)
+
+
+_BOOL_FLAG_NAMES = _bool_flag_names()
+
+
+def _is_bool_setting(dotted: str) -> bool:
+    """Whether ``section.key`` is a boolean setting of the config (``env.kwargs.*`` are the library's: not checked)."""
+    section, _, key = dotted.partition(".")
+    obj = getattr(C.ExperimentConfig(), section, None)
+    return obj is not None and "." not in key and isinstance(getattr(obj, key, None), bool)
 
 
 def _type_check(overrides: dict[str, Any], source: str, flag: bool = True) -> None:

@@ -119,6 +119,11 @@ GRID_CASES = [
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, protocol: theirs}\n", ":3:", "protocol:"),
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, bandwidth: 0.3}\n", ":3:",
      "bandwidth: is a SUPER setting, but super is not set"),
+    # a quoted "false" is text: grid run took it for False, grid submit for --super (another experiment)
+    ('name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, super: "false"}\n', ":3:",
+     "super: expected true or false (unquoted), got 'false'"),
+    ('name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {relay.enabled: "no"}}\n', ":3:",
+     "set: relay.enabled: expected true or false (unquoted), got 'no'"),
     ("name: g\nseeds: 3\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {run.seed: 7}}\n", ":4:",
      "set: run.seed: is the grid's to decide"),
     ("name: g\nruns:\n  - {name: a, env: pursuit, algo: ddqn, set: {run.out: /tmp/elsewhere}}\n", ":3:",
