@@ -339,3 +339,37 @@ def test_a_deleted_current_directory_and_an_ascii_only_encoding_are_one_line_or_
     (out / "pursuit__ddqn__s1" / "manifest.json").write_text('{"status": "finished"}')
     r = run_subprocess(["train", "--env", "pursuit", "--out", out], env={"PYTHONIOENCODING": "ascii"})
     assert_refused(r, 2, "r\\xe9sultats", "already holds a finished run")
+
+
+COMMANDS = {
+    "train": ["train", "--env", "pursuit"],
+    "grid run": ["grid", "run", "experiments/smoke.yaml", "--filter", "name=pursuit-dqn"],
+    "reproduce": ["reproduce", "fig1", "--env", "pursuit", "--seeds", "1"],
+    "population": ["population", "psro", "--env", "battle", "--iterations", "1"],
+    "opponents train": ["opponents", "train", "--env", "battle"],
+    "plot": ["plot", "results/fig1"],
+}
+"""Every command that writes: the same hostile values go through each."""
+
+SAME_VALUES = [
+    ("--out", "{file}", ("train", "grid run", "reproduce", "population", "opponents train", "plot")),
+    ("--threads", "-1", ("train", "population", "opponents train")),
+    ("--seed", "-1", ("train", "population", "opponents train")),
+    ("--cpus-per-trial", "nan", ("grid run", "reproduce")),
+]
+
+
+@pytest.mark.parametrize("flag,value,command", [(f, v, c) for f, v, cs in SAME_VALUES for c in cs],
+                         ids=[f"{c}:{f}={v}" for f, v, cs in SAME_VALUES for c in cs])
+def test_the_same_hostile_value_is_refused_by_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            flag: str, value: str, command: str) -> None:
+    """One hostile value, every command that takes the flag: one line naming the flag as typed, exit 2, nothing
+    written, whichever command a user runs it through."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [str(root / a) if a.startswith(("experiments/", "results/")) else a for a in COMMANDS[command]]
+    out = [] if flag == "--out" else ["--out", str(tmp_path / "o")]
+    before = snapshot(tmp_path)
+    outcome = run_cli([*argv, *out, flag, value.format(file=tmp_path / "afile")], capsys)
+    assert_refused(outcome, 2, f"{flag}:")
+    assert_unchanged(before, tmp_path, allow_new=False)
