@@ -1332,10 +1332,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         raise
-    except ValueError as exc:  # typed input errors raised by components (run folder, device, relay)
+    except ValueError as exc:  # a run folder that cannot be used as asked: typed, not told by its message
         from suPER.runs import RunFolderError
 
-        if isinstance(exc, RunFolderError) or str(exc).startswith("--"):
+        if isinstance(exc, RunFolderError):
             print(f"error: {input_error_line(exc, argv)}", file=sys.stderr)
             return 2
         raise

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from suPER import plotting
+from suPER.config import ConfigError
 from suPER.plotting import RunCurve
 from suPER.runs import atomic_write_text, read_metrics
 
@@ -40,12 +41,12 @@ def marl_eval_data(curves: Sequence[RunCurve], last_fraction: float = 0.1) -> di
     """The marl-eval JSON of ``curves`` (see the module docstring).
 
     Raises:
-        ValueError: a configuration label holds a comma (marl-eval rejects them).
+        ConfigError: a configuration label holds a comma (marl-eval rejects them).
     """
     data: dict[str, Any] = {}
     for c in curves:
         if "," in c.label:
-            raise ValueError(f"--marl-eval: configuration {c.label!r} holds a comma, which marl-eval rejects")
+            raise ConfigError(f"--marl-eval: configuration {c.label!r} holds a comma, which marl-eval rejects")
         wall = _wall_times(c)
         run: dict[str, Any] = {f"step_{i}": {"step_count": int(s), "elapsed_time": float(w), METRIC: [float(v)]}
                                for i, (s, v, w) in enumerate(zip(c.steps, c.values, wall))}

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.config import ExperimentConfig, RunConfig, without_volatile
+from suPER.config import ConfigError, ExperimentConfig, RunConfig, without_volatile
 from suPER.envs import MultiAgentEnv, make_env
 from suPER.envs.base import BatchedMultiAgentEnv
 from suPER.evaluation import (
@@ -168,7 +168,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available here (use cpu or auto)")
+        raise ConfigError("--device cuda: no CUDA device is available here (use cpu or auto)")
     return torch.device(name)
 
 

@@ -447,4 +447,6 @@ def insertion_priorities(rule: str, td_abs_K: np.ndarray, receiver_K: np.ndarray
         receivers, first_k = np.unique(receiver_K, return_index=True)
         idx = first_k[np.searchsorted(receivers, receiver_K)]
         return td_abs_K[idx].astype(np.float64) + eps
-    raise ValueError(f"--suPER_insertion_priority: expected one of {', '.join(INSERTION_PRIORITIES)}, got {rule!r}")
+    from suPER.config import ConfigError  # call time: config imports this package's selection registry
+
+    raise ConfigError(f"--suPER_insertion_priority: expected one of {', '.join(INSERTION_PRIORITIES)}, got {rule!r}")

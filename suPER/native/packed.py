@@ -549,7 +549,7 @@ def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: P
     where = {(run.loop.env_steps, None if s is None else int(s["updates"])) for run, s in zip(runs, saved)}
     if len(where) > 1:
         names = ", ".join(f"{run.cfg.run_name} at env step {run.loop.env_steps}" for run in runs)
-        raise ValueError(f"--pack: the runs stopped at different points ({names}); a pack updates in lockstep, so "
+        raise ConfigError(f"--pack: the runs stopped at different points ({names}); a pack updates in lockstep, so "
                          f"resume them without --pack (their checkpoints are unpacked runs' checkpoints)")
     for r, (run, raw) in enumerate(zip(runs, saved)):
         assert raw is not None
@@ -571,7 +571,7 @@ def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: P
         run.relay_fraction[:] = list(state["relay_fraction"])
         run.losses[:] = state["losses"]
     if len({run.learn_after for run in runs}) > 1:
-        raise ValueError("--pack: the runs' replay was checkpointed for some and not for others; resume them "
+        raise ConfigError("--pack: the runs' replay was checkpointed for some and not for others; resume them "
                          "without --pack")
 
 
