@@ -73,7 +73,8 @@ def main(argv: list[str]) -> int:
     if not records.is_dir():
         print(f"RECORDS: expected a folder of run records, got {str(records)!r}", file=sys.stderr)
         return 2
-    print(markdown(plotting.load_run_curves(plotting.find_run_folders([records]))))
+    curves = plotting.load_run_curves(plotting.find_run_folders([records]))
+    print(markdown([c for c in curves if plotting.PAPER_SUFFIX not in c.label]))  # our protocol's section
     return 0
 
 
