@@ -53,7 +53,7 @@ def markdown(curves: list[plotting.RunCurve]) -> str:
     order = {env: i for i, (env, _) in enumerate(ENVS)}
     rows = analysis.claim_table(scores, margins=margins, windows=analysis.window_scores(curves))
     for r in sorted(rows, key=lambda r: order.get(r["env"], len(order))):
-        others = "; ".join(w for w in r["verdicts_by_window"].split("; ") if not w.startswith("last 10%:"))
+        others = r["verdicts_by_window"]  # the other windows (the table's own, last 10%, is its verdict)
         seeds = r["seeds_for_power"]
         lines.append(f"| {r['env'].replace('_', ' ')} | {r['super'].removeprefix('ddqn_super_')} | "
                      f"{r['claim'].split(' - ', 1)[1]} | {r['super_runs']} vs {r['baseline_runs']} | "
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
         print(f"RECORDS: expected a folder of run records, got {str(records)!r}", file=sys.stderr)
         return 2
     curves = plotting.load_run_curves(plotting.find_run_folders([records]))
-    print(markdown([c for c in curves if plotting.PAPER_SUFFIX not in c.label]))  # our protocol's section
+    print(markdown([c for c in curves if not plotting.is_paper(c.label)]))  # our protocol's section
     return 0
 
 

@@ -152,10 +152,9 @@ def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     (``plotting.PAPER_SUFFIX`` labels). Claim names read ``SUPER-<rule> - <baseline>`` and end in ``(paper)`` for
     the paper protocol's."""
     out = []
-    for suffix in ("", plotting.PAPER_SUFFIX):
-        def protocol_of(label: str) -> str:
-            return plotting.PAPER_SUFFIX if label.split(" [")[0].endswith(plotting.PAPER_SUFFIX) else ""
-        plain = {lab.replace(suffix, "", 1): lab for lab in labels if protocol_of(lab) == suffix}
+    for paper in (False, True):
+        suffix = plotting.PAPER_SUFFIX if paper else ""
+        plain = {lab.replace(suffix, "", 1): lab for lab in labels if plotting.is_paper(lab) == paper}
         out += [(claim + suffix, plain[sup], plain[base]) for claim, sup, base in _claims(list(plain))]
     return out
 
@@ -458,11 +457,9 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
     from suPER import config as C
 
     cache = Path(cache)
-    known: dict[str, Any] = {}
-    for source in (data, cache):
-        if source is not None and Path(source).is_file():
-            known.update(json.loads(Path(source).read_text()))
     stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
+    shipped = json.loads(Path(data).read_text()) if data is not None and Path(data).is_file() else {}
+    known = {**shipped, **stored}
     out: dict[str, float] = {}
     changed = False
     for c in curves:
@@ -621,9 +618,10 @@ def margins_of(info: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {env: EQUIVALENCE_MARGIN * (r["best"] - r["random"]) for env, r in info.items() if r["used"]}
 
 
-def window_scores(curves: Sequence[RunCurve]) -> dict[str, dict[str, dict[str, np.ndarray]]]:
-    """Window name -> the final scores under that definition (``WINDOWS``), for the robustness of each verdict."""
-    return {name: scores_by_configuration(curves, fraction) for name, fraction in WINDOWS}
+def window_scores(curves: Sequence[RunCurve], but: float = MAIN_WINDOW) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Window name -> the final scores under that definition (``WINDOWS``), for the robustness of each verdict; the
+    verdict's own window (``but``) is left out, its verdict is the table's."""
+    return {name: scores_by_configuration(curves, fraction) for name, fraction in WINDOWS if fraction != but}
 
 
 def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAIN_WINDOW, n_resamples: int = 2000,
@@ -652,7 +650,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     norm, info = normalize(scores, random)
     say(f"analysis: claim table (Holm per env, TOST, {len(WINDOWS)} final-score windows, {n_resamples} bootstrap "
         f"resamples)")
-    rows = claim_table(scores, n_resamples, margins_of(info), window_scores(curves))
+    rows = claim_table(scores, n_resamples, margins_of(info), window_scores(curves, last_fraction))
     paths["claims_csv"], paths["claims_md"] = write_claims(rows, out_dir, f"{prefix}claims")
     say("analysis: aggregates across envs")
     agg = aggregate_metrics(norm, n_resamples=n_resamples)

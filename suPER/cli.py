@@ -300,10 +300,6 @@ def _number(flag: str, value: float, minimum: float, inclusive: bool = True) -> 
     return value
 
 
-SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
-"""``train`` flags that only mean something with the relay on."""
-
-
 def _check_super_settings(flags: dict[str, Any], label: Callable[[str], str]) -> None:
     """A SUPER setting given while SUPER was never switched on is refused, naming both flags: ``--bandwidth 0.3``
     alone would otherwise train plain DDQN without a word. ``--no-super`` / ``--suPER False`` typed with it is the
@@ -320,7 +316,7 @@ def _check_super_settings(flags: dict[str, Any], label: Callable[[str], str]) ->
         from click.globals import get_current_context  # type: ignore[no-redef]
     ctx = get_current_context(silent=True)
     typed_switch = ctx is not None and ctx.get_parameter_source("super_") not in (None, ParameterSource.DEFAULT)
-    given = [name for name in SUPER_SETTINGS if flags.get(name) is not None]
+    given = [name for name in C.SUPER_ONLY_FLAGS if flags.get(name) is not None]
     if given and not flags.get("super") and not typed_switch:
         raise UserError(f"{label(given[0])}: is a SUPER setting, but SUPER is off: add {label('super')} (paper: "
                         f"--suPER True) to relay, or leave {label(given[0])} out")

@@ -589,6 +589,10 @@ Grid files (``experiments/*grid*.yaml``) use the same names, so a grid entry rea
 """
 
 
+SUPER_ONLY_FLAGS = ("super_mode", "bandwidth", "window", "team")
+"""Named flags that only mean something with the relay on (``train`` and grid files refuse them without it)."""
+
+
 def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Point the named flags at the algorithm's own settings (``--lr`` -> ``seac.lr`` for SEAC, ...).
 

@@ -142,7 +142,7 @@ def method_name(label: str) -> str:
     ``gaussian_variance`` is the paper's own gaussian), other tags stay in brackets, other labels as they are."""
     base, _, tag = label.partition(" [")
     tag = tag.removesuffix("]")
-    paper = base.endswith(PAPER_SUFFIX)
+    paper = is_paper(label)
     base = base.removesuffix(PAPER_SUFFIX)
     algo, _, rest = base.partition("_")
     if algo not in ALGO_NAMES:
@@ -186,9 +186,10 @@ def method_color(label: str) -> Any:
     return matplotlib.colormaps["tab10"](kind)
 
 
-def caption(curves: Sequence[RunCurve]) -> str:
-    """What a figure's runs are, for its caption: protocol(s), budget per env, evaluations per run."""
-    protocols = sorted({"paper" if PAPER_SUFFIX in c.label else "ours" for c in curves})
+def caption(curves: Sequence[RunCurve | Band]) -> str:
+    """What a figure's runs are, for its caption: protocol(s), budget per env, evaluations per run (from each curve's
+    or band's env, label and steps)."""
+    protocols = sorted({"paper" if is_paper(c.label) else "ours" for c in curves})
     budgets: dict[str, int] = {}
     for c in sorted(curves, key=lambda c: (ENV_NAMES.index(c.env) if c.env in ENV_NAMES else 99, c.env)):
         if len(c.steps):
@@ -203,6 +204,11 @@ def caption(curves: Sequence[RunCurve]) -> str:
 PAPER_SUFFIX = " (paper)"
 """What a paper-protocol run's configuration label carries (``run.protocol: paper``), so both protocols' runs of one
 configuration stay apart in one results tree."""
+
+
+def is_paper(label: str) -> bool:
+    """Whether a configuration label is a paper-protocol run's (``PAPER_SUFFIX`` before any ``[tag]``)."""
+    return label.partition(" [")[0].endswith(PAPER_SUFFIX)
 
 
 def configuration_label(config: dict[str, Any]) -> str:
@@ -572,11 +578,6 @@ def write_table(rows: Sequence[dict[str, Any]], out_dir: Path, metric: str = DEF
     return csv_path, md_path
 
 
-def bands_as_curves(bands: Sequence[Band]) -> list[RunCurve]:
-    """Each band as a curve of its mean (env, label, steps), for ``caption``."""
-    return [RunCurve(b.env, b.label, 0, np.asarray(b.steps), np.asarray(b.mean), "") for b in bands]
-
-
 def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRIC, title: str = "",
                stem: str = "team_return", unfinished: Sequence[RunCurve] = ()) -> tuple[Path, Path]:
     """One panel per env, one curve per configuration (mean, 95% bootstrap band); PNG and SVG.
@@ -599,12 +600,12 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     from matplotlib.ticker import FuncFormatter
 
     labels = sorted({b.label for b in bands} | {c.label for c in unfinished}, key=_method_order)
-    both = len({PAPER_SUFFIX in lab for lab in labels}) > 1  # both protocols: ours dashed, the paper's solid
+    both = len({is_paper(lab) for lab in labels}) > 1  # both protocols: ours dashed, the paper's solid
     handles: dict[str, Any] = {}
     for ax, env in zip(axes[0], envs):
         runs = sorted({b.n_runs for b in bands if b.env == env})
         for b in (b for b in bands if b.env == env):
-            style = "--" if both and PAPER_SUFFIX not in b.label else "-"
+            style = "--" if both and not is_paper(b.label) else "-"
             (line,) = ax.plot(b.steps, b.mean, color=method_color(b.label), lw=1.4, ls=style)
             handles.setdefault(method_name(b.label), line)
             if not np.isnan(b.low).all():
@@ -624,7 +625,7 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     rows = -(-len(names) // 4)
     fig.legend([handles[h] for h in names], names, loc="lower center", ncol=min(4, len(names)) or 1,
                fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.04))  # below the panels: never over the data
-    fig.text(0.5, 0.0, caption([*bands_as_curves(bands), *unfinished]), ha="center", va="bottom", fontsize=7.5,
+    fig.text(0.5, 0.0, caption([*bands, *unfinished]), ha="center", va="bottom", fontsize=7.5,
              color="0.3")
     if title:
         fig.suptitle(title)

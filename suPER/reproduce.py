@@ -69,16 +69,21 @@ DEFAULT_THROUGHPUT_SOURCE = (
     "500-step episode (MAgent evaluation there was sequential; batched since, so faster)")
 
 
-def run_seconds(cfg: C.ExperimentConfig, env_steps: int | None = None) -> float | None:
-    """Estimated wall seconds of one DQN-family run on one core at the default rates (``DEFAULT_THROUGHPUT``,
-    ``DEFAULT_EVAL_S_PER_STEP``: measured in the Figure 1 campaign): ``env_steps / rate + evaluation steps x
-    evaluation cost``. None where no rate was measured (another env or algorithm)."""
+def default_pace(cfg: C.ExperimentConfig) -> float:
+    """Wall seconds per env step of a run at the default rates (``DEFAULT_THROUGHPUT``, ``DEFAULT_EVAL_S_PER_STEP``,
+    measured in the Figure 1 campaign), evaluations included: ``1 / rate + evaluation steps per env step x
+    evaluation cost``. KeyError for an env without a measured rate."""
+    n = cfg.run.num_timesteps
+    eval_steps = (n // cfg.eval_interval + 1) * cfg.run.eval_episodes * cfg.env.horizon  # the step-0 one too
+    return 1 / DEFAULT_THROUGHPUT[cfg.env.name] + eval_steps / n * DEFAULT_EVAL_S_PER_STEP[cfg.env.name]
+
+
+def run_seconds(cfg: C.ExperimentConfig) -> float | None:
+    """Estimated wall seconds of one DQN-family run (``default_pace`` x its budget); None where no rate was measured
+    (another env or algorithm)."""
     if cfg.env.name not in DEFAULT_THROUGHPUT or C.ALGORITHMS[cfg.run.algo].section != "dqn":
         return None
-    n = cfg.run.num_timesteps if env_steps is None else env_steps
-    evals = n // cfg.eval_interval + 1
-    eval_steps = evals * cfg.run.eval_episodes * cfg.env.horizon
-    return n / DEFAULT_THROUGHPUT[cfg.env.name] + eval_steps * DEFAULT_EVAL_S_PER_STEP[cfg.env.name]
+    return cfg.run.num_timesteps * default_pace(cfg)
 
 
 def paper_budget(env: str) -> int:
@@ -206,10 +211,7 @@ def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
                 value, count = measured[r.env]
                 pace[r.env] = (value, f"median of {count} run(s) there")
             else:
-                evals = n // cfg.eval_interval + 1  # the step-0 evaluation too
-                eval_steps = evals * cfg.run.eval_episodes * cfg.env.horizon
-                value = 1 / DEFAULT_THROUGHPUT[r.env] + eval_steps / n * DEFAULT_EVAL_S_PER_STEP[r.env]
-                pace[r.env] = (value, "default")
+                pace[r.env] = (default_pace(cfg), "default")
         progress = RunFolder(Path(out) / r.run_name).progress()
         left = max(n - progress.env_steps, 0) if progress is not None else n
         steps += left

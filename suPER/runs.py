@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import functools
 import io
 import json
 import os
@@ -99,8 +100,9 @@ TEMP_PREFIXES = ("config.json", "manifest.json", "metrics.csv", "curve.png", "la
 """Files of a run folder written by the atomic writers; their temp files are ``.<name>.<random><suffix>``."""
 
 
+@functools.cache
 def _umask() -> int:
-    """This process's umask (Linux: read from /proc without changing it; elsewhere set and restored)."""
+    """This process's umask, read once (Linux: from /proc without changing it; elsewhere set and restored)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -209,6 +211,10 @@ def atomic_write_bytes(path: Path, writer: Any) -> None:
             os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, RuntimeError) and "file write failed" in str(exc):
+            # torch's zip writer reports a failed write (a full disk) as a RuntimeError: it is an OSError here, so
+            # every caller (run folders, population folders) turns it into its one-line failure
+            raise OSError(errno.EIO, "write failed (disk full?)", str(path)) from None
         if isinstance(exc, OSError):
             raise _named(exc, path) from None
         raise
@@ -757,7 +763,7 @@ class WandbLogger:
         """Log at env-step ``step``."""
         self.run.log(dict(metrics), step=step)
 
-    def log_files(self, images: Mapping[str, Path] = {}, tables: Mapping[str, Path] = {}) -> None:  # noqa: B006
+    def log_files(self, images: Mapping[str, Path], tables: Mapping[str, Path]) -> None:
         """Log figures (PNG) as W&B images and CSV files as W&B tables, each under its key, so a W&B user sees
         what ``plot`` draws; missing files are left out."""
         wandb = self._wandb

@@ -59,15 +59,13 @@ FINAL_GAMES_FILE = "final_games.json"
 def play_final_games(cfg: C.ExperimentConfig, folder: Any, backend: str = "native") -> dict[str, Any] | None:
     """The final policy's games against the env's opponent team (``opponents.final_games``), written to
     ``final_games.json`` and printed in one line; None when the run has none to play."""
-    import json
-
     from suPER.opponents import final_games
     from suPER.runs import atomic_write_json
 
     record = final_games(cfg, folder.checkpoints / "final.pt", backend)
     if record is None:
         return None
-    atomic_write_json(folder.path / FINAL_GAMES_FILE, json.loads(json.dumps(record)))  # tuples -> lists
+    atomic_write_json(folder.path / FINAL_GAMES_FILE, record)
     ci = record["win_rate_ci"]
     print(f"{cfg.run_name}: final policy in {record['games']} games against {record['opponent']} (epsilon "
           f"{record['opponent_epsilon']:g}): win {record['win_rate']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}], loss "

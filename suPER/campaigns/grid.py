@@ -53,9 +53,6 @@ ENTRY_ONLY_KEYS = ("name", "pending", "note", "sweep", "seeds")
 FLAG_NAMES = (*C.FLAG_KEYS, *SPECIAL_KEYS)
 """Everything a ``defaults`` / ``env_defaults`` block may hold."""
 
-SUPER_SETTINGS = ("super_mode", "bandwidth", "window", "team")
-"""Flags that only mean something with the relay on: refused in an entry that never sets ``super``."""
-
 GRID_DECIDED = {
     "run.seed": "is the grid's to decide (seeds: N or seeds: [7] on the entry), not a set: key",
     "run.out": "where runs live is the campaign's (--out of grid run / grid submit), not an entry's",
@@ -381,26 +378,20 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in block.items()}
 
 
-def _bool_flag_names() -> frozenset[str]:
-    """``FLAG_KEYS`` names whose setting is a boolean: a grid file must give them as YAML true / false. A quoted
-    "false" is text, which one command took for False and another (``grid submit``'s ``--super``) for True."""
-    cfg = C.ExperimentConfig()
-    out = set()
-    for name, dotted in C.FLAG_KEYS.items():
-        section, key = dotted.split(".")
-        if isinstance(getattr(getattr(cfg, section), key), bool):
-            out.add(name)
-    return frozenset(out)
-
-
-_BOOL_FLAG_NAMES = _bool_flag_names()
+_DEFAULTS = C.ExperimentConfig()
 
 
 def _is_bool_setting(dotted: str) -> bool:
-    """Whether ``section.key`` is a boolean setting of the config (``env.kwargs.*`` are the library's: not checked)."""
+    """Whether ``section.key`` is a boolean setting of the config (``env.kwargs.*`` are the library's: not checked).
+    A grid file must give those as YAML true / false: a quoted "false" is text, which one command took for False and
+    another (``grid submit``'s ``--super``) for True."""
     section, _, key = dotted.partition(".")
-    obj = getattr(C.ExperimentConfig(), section, None)
+    obj = getattr(_DEFAULTS, section, None)
     return obj is not None and "." not in key and isinstance(getattr(obj, key, None), bool)
+
+
+_BOOL_FLAG_NAMES = frozenset(name for name, dotted in C.FLAG_KEYS.items() if _is_bool_setting(dotted))
+"""``FLAG_KEYS`` names whose setting is a boolean."""
 
 
 def _type_check(overrides: dict[str, Any], source: str, flag: bool = True) -> None:
@@ -609,7 +600,7 @@ def _expand_entry(entry: dict[str, Any], where: str, defaults: dict[str, Any],
     for point in points:
         point_flags = dict(flags, **point)
         name = entry["name"]
-        relay_only = [k for k in SUPER_SETTINGS if point_flags.get(k) is not None]
+        relay_only = [k for k in C.SUPER_ONLY_FLAGS if point_flags.get(k) is not None]
         if relay_only and "super" not in point_flags and not entry.get("pending"):
             raise GridError(f"{where}: entry {name!r}: {relay_only[0]}: is a SUPER setting, but super is not set: add "
                             f"super: true to relay (super: false keeps it off on purpose)")

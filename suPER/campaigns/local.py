@@ -35,14 +35,15 @@ class Plan:
 
 def stale(folder: Any, run: GridRun, out: Path) -> str:
     """Where the configuration recorded in ``folder`` differs from what ``run`` asks now (``"key: a in the folder vs b
-    now"`` of the first differing key, volatile keys aside), or "" when they agree or the folder has none: a
-    finished run of another budget or setting must not count as this one."""
+    now"`` of the first differing key, volatile keys aside; an unreadable config.json counts as different), or ""
+    when they agree: a finished run of another budget or setting must not count as this one, nor an unfinished one
+    be resumed as it."""
     import json
 
     try:
         old = json.loads(folder.config.read_text())
     except (OSError, ValueError):
-        return ""
+        return "its config.json cannot be read"
     new = C.without_volatile(run.config(out=out).to_dict())
     old = C.without_volatile(old)
     return "" if old == new else first_difference(old, new)
@@ -54,8 +55,6 @@ def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
     Raises:
         RunFolderError: an unfinished run folder holds a different configuration (nothing has run yet).
     """
-    import json
-
     from suPER import runs
 
     plan = Plan([], [], [])
@@ -74,16 +73,10 @@ def plan_runs(runs_: Sequence[GridRun], out: Path) -> Plan:
             plan.finished.append(run)
             continue
         if status is not None and (folder.checkpoints / "latest.pt").exists():
-            cfg = run.config(out=out)
-            try:
-                old = json.loads(folder.config.read_text())
-            except (OSError, ValueError):
-                old = {}
-            if C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
-                raise runs.RunFolderError(
-                    f"--out: {folder.path} holds an unfinished run of a different configuration "
-                    f"({first_difference(C.without_volatile(old), C.without_volatile(cfg.to_dict()))}); "
-                    f"remove it or choose another --out")
+            diff = stale(folder, run, out)
+            if diff:
+                raise runs.RunFolderError(f"--out: {folder.path} holds an unfinished run of a different configuration "
+                                          f"({diff}); remove it or choose another --out")
             plan.resumable.append(run.run_name)
         plan.todo.append(run)
     return plan
@@ -218,10 +211,8 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
     from suPER.campaigns import embedded_ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    label = "--address" if address else "RAY_ADDRESS (in the environment)"
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address:
-        reachable(address, label)  # ray.init retries an unreachable address for minutes, printing rpc warnings
+    if address:  # run_grid checked it is reachable (``reachable``) before printing its plan
         ray.init(address=address, log_to_driver=False)
         try:
             yield f"cluster {address}"

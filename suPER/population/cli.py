@@ -59,18 +59,11 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
     pop = Population(cfg, run_folder(out, cfg), log=lambda m: print(m, flush=True))
     try:
         res = pop.run(overwrite=overwrite, on_cluster=on_cluster)
-    except OSError as exc:  # disk full and the like (torch's zip writer raises a RuntimeError about it, below)
+    except OSError as exc:  # disk full and the like (runs.atomic_write_bytes turns torch's errors into OSError)
         from suPER.runs import RunFailure, describe_os_error
 
         raise RunFailure(f"{describe_os_error(exc)}; the population stopped and {pop.folder} is resumable: rerun "
                          f"the same command") from None
-    except RuntimeError as exc:
-        from suPER.runs import RunFailure
-
-        if "unexpected pos" not in str(exc) and "file write failed" not in str(exc):
-            raise
-        raise RunFailure(f"{pop.folder}: a file could not be written (disk full?); the population stopped and is "
-                         f"resumable: rerun the same command") from None
     print(f"{res['folder']}: team strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["team"], res["x"]))
           + "; opponent strategy " + ", ".join(f"{n} {w:.2f}" for n, w in zip(res["opponent"], res["y"])))
     if figures:

@@ -544,3 +544,21 @@ def test_a_finished_run_of_another_configuration_is_not_counted_as_done(finished
     assert_unchanged(before, finished, allow_new=False)
     same = run_cli(["grid", "list", grid(BUDGET), "--out", finished], capsys)
     assert f"{RUN}\tfinished\t" in same.stdout
+
+
+def test_a_torch_write_failure_is_an_os_error_naming_the_file(tmp_path: Path) -> None:
+    """torch's zip writer reports a full disk as a RuntimeError ("file write failed"): the atomic writer turns it into
+    an OSError naming the destination, so every caller's one-line failure path handles it, and leaves no temp file."""
+    from suPER.runs import atomic_write_bytes
+
+    def full(path: str) -> None:
+        Path(path).write_bytes(b"\0" * 10)
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    with pytest.raises(OSError, match="write failed") as exc:
+        atomic_write_bytes(tmp_path / "latest.pt", full)
+    assert exc.value.filename == str(tmp_path / "latest.pt")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="another error"):  # any other RuntimeError stays what it is
+        atomic_write_bytes(tmp_path / "x.pt", lambda p: (_ for _ in ()).throw(RuntimeError("another error")))
