@@ -4,10 +4,10 @@ Why: one run's update (N small networks x 32 samples) leaves a GPU idle, and on 
 times the Python overhead. Here the R x N Q-networks are one ``PackedQNet`` (a ``BatchedQNet`` of R*N
 policies), so acting, the relay's TD pass and the update of all R runs are one batched call each.
 
-Everything else stays per run, exactly as ``suPER.native.dqn.train`` does it for one run: its
-``RunLoop`` (envs, evaluation schedule, metrics.csv, checkpoints, resume), exploration generator and
-epsilon schedule, prioritized buffers and their generator, relay windows and generator, target syncs
-and counters. A run's ``latest.pt`` / ``final.pt`` hold its networks and Adam state in the layout of an
+Everything else stays per run: each run is a ``suPER.native.dqn_run.DQNRun``, as the one of
+``suPER.native.dqn.train`` (its ``RunLoop``: envs, evaluation schedule, metrics.csv, checkpoints, resume; its
+exploration generator and epsilon schedule, prioritized buffers and their generator, relay windows and
+generator, target syncs and counters), and the network passes are the same functions. A run's ``latest.pt`` / ``final.pt`` hold its networks and Adam state in the layout of an
 unpacked run (``PackedQNet.run_state_dict`` / ``run_adam_state``), so each folder plots, resumes and
 exports on its own.
 
@@ -15,8 +15,8 @@ Read top to bottom like ``dqn.train``: per run seed -> loop -> net init -> buffe
 then the pack's nets and optimizer; then the loop, one rollout fragment per iteration, in the same phase
 order: act, step, record (each env step), TD for the relay, store, relay, learn, sync target, checkpoint.
 
-Loss per policy (as ``dqn.train``, the same ``suPER.native.dqn_loss`` functions): ``L_p = mean_b w_b huber(td_b)``, ``td = Q(o, a) - [r + gamma_run
-(1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
+Loss per policy (``dqn_run.dqn_update``, as ``dqn.train``): ``L_p = mean_b w_b huber(td_b)``,
+``td = Q(o, a) - [r + gamma_run (1 - d) Q_target(o', a*)]``; the R*N losses are summed and stepped by one Adam. Adam is elementwise
 and the gradient of ``sum L`` w.r.t. run r's slice is run r's own gradient, so this is R separate
 Adams (each with its own learning rate: ``PackedAdam`` scales run r's slice of the step by lr_r),
 provided all runs update at the same fragments (one shared step counter per tensor): a pack requires
@@ -47,7 +47,7 @@ import copy
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,26 +55,23 @@ import torch
 
 from suPER.arrays import concatenate, is_tensor, like, stack, zeros, zeros_like
 from suPER.config import ConfigError, ExperimentConfig
-from suPER.core.relay import InsertionPolicy, Relay, plan_many
+from suPER.core.relay import plan_many
 from suPER.envs import StepResult, env_record, make_batched_env
-from suPER.loop import ProgressFn, RunLoop, resolve_device, to_numpy
-from suPER.models import BatchedQNet, clip_grad_norm_per_policy
+from suPER.loop import ProgressFn, RunLoop, resolve_device
 from suPER.models.packed import PackedQNet, packed_adam
-from suPER.native import dqn_loss
-from suPER.native.dqn import (
-    Fragment,
-    RowIndex,
-    Rows,
-    fragment_index,
-    relay_fragment,
-    relay_index,
-    store_fragment,
+from suPER.native.dqn_run import (
+    DQNRun,
+    dqn_update,
+    fresh_abs_td,
+    greedy_actions,
+    q_values,
+    replay_buffer,
+    replay_buffer_kwargs,
 )
-from suPER.native.dqn_loss import q_of_actions
-from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
+from suPER.native.fragment import Fragment, RowIndex, Rows, fragment_index, relay_index
+from suPER.replay import MultiAgentPER
 from suPER.replay.torch_per import TorchPER
 from suPER.runs import Logger, RunFolder, Summary
-from suPER.seeds import REPLAY_SEED_OFFSET
 
 PACK_KEYS = (
     "env", "dqn.model", "dqn.dueling", "dqn.hiddens", "dqn.double_q", "dqn.parameter_sharing",
@@ -118,35 +115,6 @@ def check_packable(cfgs: Sequence[ExperimentConfig]) -> None:
                                  f"a pack shares the network, optimizer and update schedule")
 
 
-@dataclass
-class _Run:
-    """One run of the pack: everything ``dqn.train`` keeps per run, plus its failure if it stopped."""
-
-    cfg: ExperimentConfig
-    loop: RunLoop
-    rng: np.random.Generator
-    buffer: MultiAgentPER | TorchPER
-    relay: Relay | None
-    insertion: InsertionPolicy
-    frag: Fragment
-    init_state: dict[str, torch.Tensor]
-    updates: int = 0
-    last_target_sync: int = 0
-    learn_after: int = 0
-    losses: list[float] = field(default_factory=list)
-    relay_fraction: list[np.ndarray] = field(default_factory=list)
-    relay_received: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    ep_return_N: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    obs_NO: np.ndarray | None = None
-    alive_N: np.ndarray | None = None
-    failure: BaseException | None = None
-    summary: Summary | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.failure is None and self.summary is None
-
-
 def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                loggers: Sequence[Logger | None] | None = None,
                progress: ProgressFn | None = None, batched_env: bool | None = None,
@@ -182,22 +150,21 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     # ---- per run: seed, loop, network init, buffers, relay (each in dqn.train's order, so the same draws)
     replay_device = replay_device_of(cfgs[0])
     shared = _SharedReplay(R) if replay_device is not None and _same_per(cfgs) else None
-    runs: list[_Run] = []
-    for r, (cfg, folder, logger, run_prog) in enumerate(zip(cfgs, folders, loggers, run_progress)):
-        runs.append(_build_run(cfg, folder, logger, run_prog, replay_device, shared, r))
+    runs = [_build_run(cfg, folder, logger, run_prog, replay_device, shared, r)
+            for r, (cfg, folder, logger, run_prog) in enumerate(zip(cfgs, folders, loggers, run_progress))]
     spec, device = runs[0].loop.spec, runs[0].loop.device
     on_device = replay_device is not None
     n_agents, obs_shape, n_actions = spec.n_agents, spec.obs_shape, spec.n_actions
     n_pol = 1 if d0.parameter_sharing else n_agents
     group = n_agents // n_pol  # learners per policy
-    policy_of_agent_N = np.zeros(n_agents, dtype=np.int64) if d0.parameter_sharing else np.arange(n_agents)
+    policy_of_agent_N = runs[0].policy_of_agent_N
     batch_per_policy = d0.rows_per_update(n_agents, len(spec.opponent_ids))
     T = d0.rollout_fragment_length
 
     # ---- the pack's networks: run r's policies are slots r*P .. r*P+P-1
     q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens)
     for r, run in enumerate(runs):
-        q_net.load_run_state_dict(r, run.init_state)
+        q_net.load_run_state_dict(r, run.init_net.state_dict())
     q_net = q_net.to(device)
     target_net = copy.deepcopy(q_net).requires_grad_(False)
     optimizer = packed_adam(q_net.parameters(), lr=[run.cfg.dqn.lr for run in runs], eps=d0.adam_eps, device=device)
@@ -222,73 +189,19 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     whole_state = (_PackState.of(runs, T, device if envs.obs_on_device else None) if envs.batched is not None
                    else None)
 
-    def q_values(net: BatchedQNet, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """obs [R*P, B, *O] (any numeric dtype) -> q [R*P, B, A] on ``device``."""
-        return net(torch.as_tensor(obs, device=device).float())
-
     def greedy_batch_of(r: int) -> Any:
-        """Run r's evaluation policy: ``dqn.train``'s greedy_batch on a copy of its weights."""
+        """Run r's evaluation policy: greedy actions of a copy of its weights."""
         eval_net.load_state_dict(q_net.run_state_dict(r))
+        return lambda obs_ENO, alive_EN=None: greedy_actions(eval_net, obs_ENO, n_pol, device)
 
-        @torch.no_grad()
-        def greedy_batch(obs_ENO: np.ndarray | torch.Tensor, alive_EN: np.ndarray | None = None) -> np.ndarray:
-            e = obs_ENO.shape[0]
-            obs_PBO = torch.as_tensor(obs_ENO, device=device).reshape(e, n_pol, group, *obs_shape).transpose(0, 1)
-            q_PBA = eval_net(obs_PBO.reshape(n_pol, e * group, *obs_shape).float())
-            return q_PBA.argmax(-1).reshape(n_pol, e, group).transpose(0, 1).reshape(e, n_agents).cpu().numpy()
-
-        return greedy_batch
-
-    def taken(q_PBA: torch.Tensor, actions: np.ndarray) -> torch.Tensor:
-        return q_of_actions(q_PBA, torch.as_tensor(actions, device=device))
-
-    @torch.no_grad()
-    def td_target(rewards, next_obs, dones, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
-        """r + gamma_run (1 - d) Q_target(o', a*), a* from the online (double-Q) or the target net."""
-        q_next_target = q_values(target_net, next_obs)
-        if d0.double_q:
-            q_next_online = q_values(q_net, next_obs) if q_next_online is None else q_next_online
-        return dqn_loss.td_target(torch.as_tensor(rewards, device=device), torch.as_tensor(dones, device=device),
-                                  q_next_target, q_next_online if d0.double_q else None, gamma_P1)
-
-    @torch.no_grad()
-    def td_errors(obs, actions, rewards, next_obs, dones) -> torch.Tensor:
-        """|TD| of [R*P, B] transitions with the current nets; one online pass covers o and o'."""
-        n = obs.shape[1]
-        q_both = q_values(q_net, concatenate([obs, next_obs], axis=1))
-        return (taken(q_both[:, :n], actions) - td_target(rewards, next_obs, dones, q_both[:, n:])).abs()
-
-    def eval_columns(run: _Run) -> dict[str, Any]:
-        """dqn.train's metrics.csv columns for one run."""
-        row: dict[str, Any] = {"loss": float(np.mean(run.losses)) if run.losses else float("nan"),
-                               "epsilon": run.cfg.dqn.epsilon(run.loop.env_steps), "updates": run.updates}
-        relay = run.relay
-        if relay is not None:
-            frac_N = np.mean(run.relay_fraction, axis=0) if run.relay_fraction else np.zeros(n_pol)
-            row["fraction_shared_mean"] = float(frac_N[relay.participants_N].mean()) if relay.active else 0.0
-            row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
-            row["relayed_rows_total"] = int(run.relay_received.sum())
-        run.losses.clear()
-        run.relay_fraction.clear()
-        return row
-
-    def trainer_state(r: int) -> dict[str, Any]:
-        """Run r's checkpoint, in dqn.train's layout."""
-        run = runs[r]
-        return {
-            "updates": run.updates, "last_target_sync": run.last_target_sync, "learn_after": run.learn_after,
-            "q_net": q_net.run_state_dict(r), "target_net": target_net.run_state_dict(r),
-            "optimizer": q_net.run_adam_state(optimizer, r),
-            "replay": run.buffer.state_dict(copy=False) if run.cfg.run.checkpoint_replay else None,
-            "rng": {"explore": run.rng.bit_generator.state, "replay": run.buffer.rng.bit_generator.state},
-            "relay": run.relay.state_dict() if run.relay is not None else None,
-            "relay_received": run.relay_received, "relay_fraction": list(run.relay_fraction),
-            "losses": list(run.losses),
-        }
+    def networks(r: int) -> dict[str, Any]:
+        """Run r's networks and Adam state, in an unpacked run's layout."""
+        return {"q_net": q_net.run_state_dict(r), "target_net": target_net.run_state_dict(r),
+                "optimizer": q_net.run_adam_state(optimizer, r)}
 
     def evaluate_run(r: int) -> Any:
         """Run r's evaluation (metrics row with its trainer columns), as a callback for its env step."""
-        return lambda: runs[r].loop.evaluate(greedy_batch_of(r), eval_columns(runs[r]))
+        return lambda: runs[r].loop.evaluate(greedy_batch_of(r), runs[r].eval_columns())
 
     def guarded(r: int, what: str, fn: Any, *args: Any) -> Any:
         """Run one run's own phase; an exception stops that run only (reported on stderr)."""
@@ -312,8 +225,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
 
     for r, (run, s) in enumerate(zip(runs, saved)):
         if s is None:  # step 0: the untrained greedy policy
-            guarded(r, "evaluation", run.loop.evaluate, greedy_batch_of(r), eval_columns(run))
-            guarded(r, "checkpoint", run.loop.save, trainer_state(r))
+            guarded(r, "evaluation", run.loop.evaluate, greedy_batch_of(r), run.eval_columns())
+            guarded(r, "checkpoint", run.loop.save, run.checkpoint(networks(r)))
 
     # ---- loop: one iteration = one rollout fragment of every run
     obs_RNO = (whole_state.obs_RNO if whole_state is not None else
@@ -332,11 +245,11 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 for r in live:
                     obs_RNO[r] = runs[r].obs_NO
             with torch.no_grad():
-                q_PBA = q_values(q_net, obs_RNO.reshape(R * n_pol, group, *obs_shape))
+                q_PBA = q_values(q_net, obs_RNO.reshape(R * n_pol, group, *obs_shape), device)
             greedy_RN = q_PBA.argmax(-1).reshape(R, n_agents).cpu().numpy()
             actions_RN = np.zeros((R, n_agents), dtype=np.int64)
             for r in live:
-                actions_RN[r] = _explore(runs[r], greedy_RN[r])
+                actions_RN[r] = runs[r].explore(greedy_RN[r])
             # step: each run's game (or one batched step of all R games), then record each run's transition
             if every_run:
                 assert whole_state is not None
@@ -344,13 +257,12 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 continue
             results = envs.step(actions_RN, live, guarded)
             for r, res in results.items():
-                guarded(r, "env step", _record, runs[r], t, actions_RN[r], res, evaluate_run(r),
+                guarded(r, "env step", runs[r].record, t, actions_RN[r], res, evaluate_run(r),
                         lambda r=r: envs.reset(r))
 
         # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
         live = [r for r in live if runs[r].active]
-        needs_td = [r for r in live if (runs[r].relay is not None and runs[r].relay.active)
-                    or (runs[r].insertion.rule == "legacy" and runs[r].insertion.sender_side)]
+        needs_td = [r for r in live if runs[r].needs_fresh_td]
         td_RNT: np.ndarray | torch.Tensor | None = None
         if needs_td:
             if whole_state is not None and len(live) == R:  # the runs' fragments are views of one: one op per field
@@ -359,7 +271,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 parts = [runs[r].frag.grouped(n_pol) if r in live else _zeros_like_grouped(runs[live[0]].frag, n_pol)
                          for r in range(R)]
                 stacked = [concatenate([p[i] for p in parts]) for i in range(5)]
-            td_t = td_errors(*stacked).reshape(R, n_agents, -1)
+            td_t = fresh_abs_td(q_net, target_net, *stacked, gamma_P1, d0.double_q, device).reshape(R, n_agents, -1)
             td_RNT = td_t if on_device else td_t.cpu().numpy()  # device replay: the relay selects on the device
 
         # store, relay: each run into its own buffers; one add of every run's rows when they share one buffer
@@ -369,7 +281,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                                     None if whole_state is None else whole_state.frag)
         else:
             for r in live:
-                guarded(r, "store / relay", _store_and_relay, runs[r], policy_of_agent_N, td_of[r])
+                guarded(r, "store / relay", runs[r].store_and_relay, td_of[r])
 
         # learn: one gradient step of every run's policies, each on its own prioritized batch
         live = [r for r in live if runs[r].active]
@@ -386,7 +298,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
             u_PB = np.concatenate([runs[r].buffer.rng.random((n_pol, batch_per_policy)) for r in range(R)])
             batch = whole.sample(batch_per_policy, uniform_PB=u_PB)
             cols, indices_all = [getattr(batch, f) for f in fields], batch.indices
-            batches = {r: _RunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
+            batches = {r: DQNRunIndices(batch.indices[r * n_pol:(r + 1) * n_pol]) for r in learners}
         elif learners:
             batches = {r: guarded(r, "replay sampling", runs[r].buffer.sample, batch_per_policy) for r in learners}
             learners = [r for r in learners if runs[r].active]
@@ -395,18 +307,11 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 cols = [_stack([getattr(batches[r], f) if r in learners else None for r in range(R)], getattr(b0, f))
                         for f in fields]
         if learners and cols:
-            obs, actions, rewards, next_obs, dones, weights = cols
-            q_sa = taken(q_values(q_net, obs), actions)
-            td = q_sa - td_target(rewards, next_obs, dones)
-            weights_t = torch.as_tensor(weights, device=device)
-            loss_P = dqn_loss.weighted_loss(td, weights_t)
-            optimizer.zero_grad(set_to_none=True)
-            loss_P.sum().backward()
-            clip_grad_norm_per_policy(q_net, d0.grad_clip)
-            optimizer.step()
-            td_abs_t = td.detach().abs().reshape(R, n_pol, -1)
+            td_abs_PB, loss_P = dqn_update(q_net, target_net, optimizer, *cols, gamma_P1, d0.double_q, d0.grad_clip,
+                                           device)
+            td_abs_t = td_abs_PB.reshape(R, n_pol, -1)
             td_abs_RPB = td_abs_t if on_device else td_abs_t.cpu().numpy()
-            loss_R = loss_P.detach().reshape(R, n_pol).mean(1).cpu().numpy()  # one copy to the host, not R
+            loss_R = loss_P.reshape(R, n_pol).mean(1).cpu().numpy()  # one copy to the host, not R
             if whole is not None and _update_all(whole, indices_all, td_abs_t.reshape(R * n_pol, -1)):
                 batches = {}  # every run's priorities are set
             for r in learners:
@@ -414,18 +319,13 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
                 if r in batches:
                     guarded(r, "priority update", run.buffer.update_priorities, batches[r].indices,
                             td_abs_RPB[r])
-                run.losses.append(float(loss_R[r]))
-                run.updates += 1
-                # sync target: hard copy every target_update_freq env steps (first sync at the first update)
-                if (run.loop.env_steps - run.last_target_sync >= run.cfg.dqn.target_update_freq
-                        or run.updates == 1):
+                if run.note_update(float(loss_R[r])):  # sync target: a hard copy of the run's slots
                     target_net.copy_run_from(q_net, r)
-                    run.last_target_sync = run.loop.env_steps
 
         # checkpoint: after every fragment that evaluated, so a resumed run logs each evaluation once
         for r in live:
             if runs[r].active and runs[r].loop.checkpoint_due:
-                guarded(r, "checkpoint", runs[r].loop.save, trainer_state(r))
+                guarded(r, "checkpoint", runs[r].loop.save, runs[r].checkpoint(networks(r)))
             if runs[r].active:
                 runs[r].loop.report_progress()  # per run, as dqn.train reports after each fragment
         if progress is not None:
@@ -436,9 +336,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     out: list[Summary | BaseException] = []
     for r, run in enumerate(runs):
         if run.active:
-            final = {"q_net": q_net.run_state_dict(r), "target_net": target_net.run_state_dict(r),
-                     "optimizer": q_net.run_adam_state(optimizer, r), "updates": run.updates}
-            run.summary = guarded(r, "final evaluation", run.loop.finish, greedy_batch_of(r), final, eval_columns(run))
+            run.summary = guarded(r, "final evaluation", run.loop.finish, greedy_batch_of(r),
+                                  DQNRun.final(networks(r), run.updates), run.eval_columns())
         out.append(run.summary if run.summary is not None else run.failure or RuntimeError("run did not finish"))
     return out
 
@@ -486,7 +385,7 @@ def _same_per(cfgs: Sequence[ExperimentConfig]) -> bool:
 
 
 @dataclass
-class _RunIndices:
+class DQNRunIndices:
     """A run's rows of the pack's one sample (what the per-run priority update reads)."""
 
     indices: torch.Tensor
@@ -503,48 +402,32 @@ def _update_all(whole: TorchPER, indices_PB: torch.Tensor, td_abs_PB: torch.Tens
 
 
 def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None, progress: ProgressFn | None = None,
-               replay_device: torch.device | None = None, shared: _SharedReplay | None = None, r: int = 0) -> _Run:
-    """One run's loop, initial weights, buffers and relay, drawing its randomness as ``dqn.train`` does.
+               replay_device: torch.device | None = None, shared: _SharedReplay | None = None, r: int = 0) -> DQNRun:
+    """One run of the pack (``DQNRun.build``: the same draws as alone), evaluating in-process (a pack's runs
+    checkpoint in lockstep).
 
     ``replay_device``: keep the buffers (``TorchPER``; run ``r``'s part of ``shared`` when given), the relay
     windows and the fragment's observations there.
     """
-    d, rc, run_cfg = cfg.dqn, cfg.relay, cfg.run
-    # seeds python, numpy and torch from the run seed; evaluates in-process (a pack's runs checkpoint in lockstep)
-    loop = RunLoop(cfg, folder, logger, progress, allow_eval_parallel=False)
-    seed, spec = run_cfg.seed, loop.spec
-    rng = np.random.default_rng(seed)
-    n_agents, obs_shape = spec.n_agents, spec.obs_shape
-    n_pol = 1 if d.parameter_sharing else n_agents
-    init = BatchedQNet(n_pol, obs_shape, spec.n_actions, body=d.model, dueling=d.dueling, hiddens=d.hiddens)
-    per_kwargs: dict[str, Any] = dict(alpha=d.per_alpha, beta=d.per_beta, eps=d.per_eps, rng=np.random.default_rng(seed + REPLAY_SEED_OFFSET))
-    buffer: MultiAgentPER | TorchPER
-    if shared is not None and replay_device is not None:
-        buffer = shared.part(r, n_pol, d.buffer_size, obs_shape, spec.obs_dtype, replay_device, **per_kwargs)
-    elif replay_device is not None:
-        buffer = TorchPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, device=replay_device, **per_kwargs)
-    elif run_cfg.replay_layout == "compact":
-        buffer = CompactPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, n_streams=n_agents, **per_kwargs)
-    else:
-        buffer = MultiAgentPER(n_pol, d.buffer_size, obs_shape, spec.obs_dtype, **per_kwargs)
-    relay = None
-    sender_side = env_record(spec.name).sender_side_priorities
-    if rc.enabled:
-        relay = Relay.from_config(rc, [spec.learner_ids[i] for i in range(n_pol)] if n_pol > 1 else [spec.team],
-                                  seed=seed, per_eps=d.per_eps, sender_side=sender_side, device=replay_device)
-    insertion = relay.insertion if relay is not None else InsertionPolicy.from_config(rc, d.per_eps, sender_side)
-    return _Run(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
-                frag=Fragment.empty(d.rollout_fragment_length, n_agents, obs_shape), init_state=init.state_dict(),
-                learn_after=d.learning_starts, relay_received=np.zeros(n_agents, dtype=np.int64),
-                ep_return_N=np.zeros(n_agents))
+    def make_buffer(n_pol: int, loop: RunLoop) -> MultiAgentPER | TorchPER:
+        if shared is None or replay_device is None:
+            return replay_buffer(cfg, loop.spec.n_agents, n_pol, loop.spec.obs_shape, loop.spec.obs_dtype,
+                                 replay_device)
+        d = cfg.dqn
+        return shared.part(r, n_pol, d.buffer_size, loop.spec.obs_shape, loop.spec.obs_dtype, replay_device,
+                           **replay_buffer_kwargs(cfg))
+
+    return DQNRun.build(cfg, folder, logger, progress, allow_eval_parallel=False, make_buffer=make_buffer,
+                        relay_device=replay_device)
 
 
-def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: PackedQNet, target_net: PackedQNet,
+def _restore_pack(runs: list[DQNRun], saved: list[dict[str, Any] | None], q_net: PackedQNet, target_net: PackedQNet,
                   optimizer: torch.optim.Optimizer) -> None:
     """Load every run's checkpoint into its slot; refuse runs that stopped at different points.
 
     Raises:
-        ValueError: some runs have a checkpoint and others not, or they differ in env steps / updates.
+        ConfigError: some runs have a checkpoint and others not, they differ in env steps / updates, or some
+            checkpointed their replay and others not.
     """
     where = {(run.loop.env_steps, None if s is None else int(s["updates"])) for run, s in zip(runs, saved)}
     if len(where) > 1:
@@ -553,56 +436,18 @@ def _restore_pack(runs: list[_Run], saved: list[dict[str, Any] | None], q_net: P
                          f"resume them without --pack (their checkpoints are unpacked runs' checkpoints)")
     for r, (run, raw) in enumerate(zip(runs, saved)):
         assert raw is not None
-        state = to_numpy(raw, keep=("q_net", "target_net", "optimizer"))
-        run.updates, run.last_target_sync, run.learn_after = (state["updates"], state["last_target_sync"],
-                                                              state["learn_after"])
-        q_net.load_run_state_dict(r, state["q_net"])
-        target_net.load_run_state_dict(r, state["target_net"])
-        q_net.load_run_adam_state(optimizer, r, state["optimizer"])
-        if state["replay"] is not None:
-            load_replay_state(run.buffer, state["replay"])
-        else:
-            run.learn_after = run.loop.env_steps + run.cfg.dqn.learning_starts
-        run.rng.bit_generator.state = state["rng"]["explore"]
-        run.buffer.rng.bit_generator.state = state["rng"]["replay"]
-        if run.relay is not None and state["relay"] is not None:
-            run.relay.load_state_dict(state["relay"])
-        run.relay_received[:] = state["relay_received"]
-        run.relay_fraction[:] = list(state["relay_fraction"])
-        run.losses[:] = state["losses"]
+        nets = run.restore(raw)
+        q_net.load_run_state_dict(r, nets["q_net"])
+        target_net.load_run_state_dict(r, nets["target_net"])
+        q_net.load_run_adam_state(optimizer, r, nets["optimizer"])
     if len({run.learn_after for run in runs}) > 1:
         raise ConfigError("--pack: the runs' replay was checkpointed for some and not for others; resume them "
                          "without --pack")
 
 
-def _explore(run: _Run, greedy_N: np.ndarray) -> np.ndarray:
-    """Epsilon-greedy actions of one run, epsilon scheduled by its env steps (its own generator)."""
-    n_agents = len(greedy_N)
-    explore_N = run.rng.random(n_agents) < run.cfg.dqn.epsilon(run.loop.env_steps)
-    return np.where(explore_N, run.rng.integers(0, run.loop.spec.n_actions, n_agents), greedy_N)
-
-
-def _record(run: _Run, t: int, actions_N: np.ndarray, res: StepResult, evaluate: Any, reset: Any) -> None:
-    """Record one run's transition, evaluate when due, reset a finished episode (``reset() -> obs_NO``)."""
-    loop, frag = run.loop, run.frag
-    assert run.obs_NO is not None and run.alive_N is not None
-    terminal_N = res.terminated_N | (res.truncated_N & run.cfg.env.truncation_is_terminal)
-    frag.obs_TNO[t], frag.next_obs_TNO[t], frag.action_TN[t] = run.obs_NO, res.obs_NO, actions_N
-    frag.reward_TN[t], frag.done_TN[t], frag.valid_TN[t] = res.reward_N, terminal_N, run.alive_N
-    run.ep_return_N += np.where(run.alive_N, res.reward_N, 0.0)
-    if loop.tick():
-        evaluate()  # at exact multiples of the interval, on its own env
-    if res.episode_over:
-        loop.episode_finished(run.ep_return_N.sum())
-        run.ep_return_N[:] = 0.0
-        run.obs_NO, run.alive_N = reset(), np.ones(len(actions_N), dtype=bool)
-    else:
-        run.obs_NO, run.alive_N = res.obs_NO, res.alive_N
-
-
 @dataclass
 class _PackState:
-    """What ``_record`` keeps per run, for all runs of a batched env at once: each run's ``frag``, ``obs_NO``,
+    """What ``DQNRun.record`` keeps per run, for all runs of a batched env at once: each run's ``frag``, ``obs_NO``,
     ``alive_N`` and ``ep_return_N`` are views of these (``of``), so per-run code reads the same values."""
 
     frag: Fragment
@@ -614,7 +459,7 @@ class _PackState:
     """bool [R]: the run's ``env.truncation_is_terminal``"""
 
     @classmethod
-    def of(cls, runs: list[_Run], steps: int, obs_device: Any) -> _PackState:
+    def of(cls, runs: list[DQNRun], steps: int, obs_device: Any) -> _PackState:
         """Stack the runs' current state and make each run's fields views of it."""
         R, (n_agents, *obs_shape) = len(runs), runs[0].frag.obs_TNO.shape[1:]
         one = Fragment.empty(steps, n_agents, tuple(obs_shape), device=obs_device)
@@ -628,11 +473,11 @@ class _PackState:
         return state
 
 
-def _record_all(runs: list[_Run], state: _PackState, t: int, actions_RN: np.ndarray, step: Any, evaluate_of: Any,
+def _record_all(runs: list[DQNRun], state: _PackState, t: int, actions_RN: np.ndarray, step: Any, evaluate_of: Any,
                 envs: PackEnvs, guarded: Any) -> None:
-    """``_record`` of every run of a batched env: the transition written with one op per field for all runs, then
+    """``DQNRun.record`` of every run of a batched env: the transition written with one op per field for all runs, then
     per run only its counters and due evaluation, and one reset call for the games whose episodes ended (after
-    their evaluations, as ``_record``; run by run if that call fails, so only a failing run stops).
+    their evaluations, as ``DQNRun.record``; run by run if that call fails, so only a failing run stops).
 
     ``step``: ``PackEnvs.step_all``'s (obs_RNO, reward_RN, terminated_RN, truncated_RN, alive_RN, over_R).
     """
@@ -682,7 +527,7 @@ class PackEnvs:
             networks' device: a GPU pack never copies them to the host); else numpy copies.
     """
 
-    def __init__(self, runs: list[_Run], batched: bool, obs_on_device: bool = False) -> None:
+    def __init__(self, runs: list[DQNRun], batched: bool, obs_on_device: bool = False) -> None:
         self.runs = runs
         self.batched = None
         if batched:
@@ -694,7 +539,7 @@ class PackEnvs:
         return obs if self.obs_on_device else obs.cpu().numpy()
 
     @staticmethod
-    def episode_seed(run: _Run) -> int:
+    def episode_seed(run: DQNRun) -> int:
         """Seed of the batched episode a run starts now: a hash of (train seed, env steps), < 2**31."""
         base = run.cfg.run.seed + run.cfg.env.seed_offset
         return int((base * 1_000_003 + run.loop.env_steps * 7_919) % (2**31 - 1))
@@ -749,19 +594,7 @@ class PackEnvs:
             self.batched.close()
 
 
-def _store_and_relay(run: _Run, policy_of_agent_N: np.ndarray, td_NT: np.ndarray | None) -> None:
-    """Store the fragment's own rows, then relay surprising ones (``dqn.store_fragment`` / ``relay_fragment``)."""
-    legacy = run.insertion.rule == "legacy"
-    with run.loop.timer("store"):
-        store_fragment(run.buffer, run.frag, policy_of_agent_N, td_NT if legacy else None, run.insertion)
-    if run.relay is not None and run.relay.active and td_NT is not None:
-        with run.loop.timer("relay"):
-            plan = relay_fragment(run.buffer, run.frag, run.relay, td_NT)
-            run.relay_fraction.append(plan.fraction_N)
-            run.relay_received += plan.received_N
-
-
-def _stack_relay_windows(runs: list[_Run]) -> Any:
+def _stack_relay_windows(runs: list[DQNRun]) -> Any:
     """The runs' relay windows as one ``[R, N, W]`` array / tensor whose row r is run r's window (a view), so
     ``relay.plan_many`` selects for all runs at once; None when the runs' windows differ in length or kind."""
     relays = {r: run.relay for r, run in enumerate(runs) if run.relay is not None}
@@ -779,7 +612,7 @@ def _stack_relay_windows(runs: list[_Run]) -> Any:
     return stacked
 
 
-def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, policy_of_agent_N: np.ndarray,
+def _store_and_relay_joined(whole: TorchPER, runs: list[DQNRun], n_pol: int, policy_of_agent_N: np.ndarray,
                             td_RNT: Any, td_of: dict[int, Any], relay_windows: Any, guarded: Any,
                             stacked: Fragment | None = None) -> None:
     """``_store_and_relay`` of every run with two adds to the pack's one buffer instead of two per run, and one
@@ -818,8 +651,7 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
             copies, plan = made
             if copies is not None:
                 relayed[r] = copies
-            run.relay_fraction.append(plan.fraction_N)
-            run.relay_received += plan.received_N
+            run.note_relay(plan)
         own[r] = index
     for parts in (own, relayed):
         if not parts:
@@ -836,7 +668,7 @@ def _store_and_relay_joined(whole: TorchPER, runs: list[_Run], n_pol: int, polic
     _charge(runs, "store", t0)
 
 
-def _charge(runs: list[_Run], phase: str, t0: float) -> None:
+def _charge(runs: list[DQNRun], phase: str, t0: float) -> None:
     """Share the time since ``t0`` of one call made for all runs equally among their ``phase`` timers."""
     dt = (time.perf_counter() - t0) / max(len(runs), 1)
     for run in runs:

@@ -13,7 +13,7 @@ import torch
 from suPER import config as C
 from suPER.core.relay import InsertionPolicy
 from suPER.native import dqn
-from suPER.native.dqn import Fragment, RowIndex, Rows, fragment_index
+from suPER.native.fragment import Fragment, RowIndex, Rows, fragment_index
 from suPER.native.packed import check_packable, train_pack
 from suPER.runs import RunFolder
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from suPER.core.relay import InsertionPolicy, Relay
-from suPER.native.dqn import Fragment, relay_fragment, store_fragment
+from suPER.native.fragment import Fragment, relay_fragment, store_fragment
 from suPER.replay import MultiAgentPER
 
 N, T, OBS = 3, 2, (2, 2, 1)

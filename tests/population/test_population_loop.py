@@ -213,7 +213,7 @@ def test_nash_average_ratings_of_a_known_table() -> None:
 def test_init_from_refuses_a_team_that_does_not_fit(tmp_path: Path) -> None:
     from suPER import config as C
     from suPER.models import BatchedQNet
-    from suPER.native.dqn import load_init_team
+    from suPER.native.dqn_run import load_init_team
 
     path = tmp_path / "t.safetensors"
     O.save_team(path, BatchedQNet(2, (13, 13, 5), 21, hiddens=8),

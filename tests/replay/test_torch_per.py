@@ -13,7 +13,7 @@ import torch
 
 from suPER.arrays import to_numpy
 from suPER.core.relay import InsertionPolicy, Relay
-from suPER.native.dqn import Fragment, relay_fragment, store_fragment
+from suPER.native.fragment import Fragment, relay_fragment, store_fragment
 from suPER.replay import CompactPER, MultiAgentPER, load_replay_state
 from suPER.replay.torch_per import TorchPER
 
