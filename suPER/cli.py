@@ -1186,7 +1186,7 @@ def opponents_train(
     from suPER import selfplay
     from suPER.envs import env_record, opponent_env_names
 
-    # default: the env record's opponent_train_budget (about an hour on 2 shared cores, docs/decisions.md)
+    # default: the env record's opponent_train_budget (about an hour on 2 shared cores, docs/design.md, "Opponents")
     budget = num_timesteps if num_timesteps is not None else (
         env_record(env).opponent_train_budget if env in opponent_env_names() else 0)
     if budget < 1:

@@ -355,7 +355,7 @@ class RunConfig:
     """evaluate off the training process (the original's --eval_in_parallel): each evaluation plays its episodes
     in a forked child, a snapshot of the trainer at the evaluation step, while training goes on; the same rows as
     in-process evaluation, one more core busy. CPU networks on Linux only (elsewhere evaluation stays in-process);
-    packed runs evaluate in-process (``suPER.forked``, docs/decisions.md)"""
+    packed runs evaluate in-process (``suPER.forked``, docs/design.md)"""
     out: str = "runs"
     """parent folder of run folders"""
     name: str = ""

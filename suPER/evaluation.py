@@ -13,7 +13,7 @@ step). ``make_eval_batch`` builds the batch an evaluation plays on: pursuit's ve
 ``record.batched``, else E adapters in lockstep (``opponents.make_batch``). On a lockstep batch the episodes
 equal the sequential ones for a deterministic, batch-invariant policy; on the vectorized pursuit they
 equal the vectorized env's own one-at-a-time play and match the single game in distribution only (its
-draws are a counter-based hash, not PettingZoo's PCG64; docs/decisions.md).
+draws are a counter-based hash, not PettingZoo's PCG64; docs/design.md, "Evaluation").
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def episode_seeds(eval_seed: int, index: int, episodes: int) -> list[int]:
     """Seeds of the episodes of evaluation ``index``: ``SeedSequence([eval_seed, index]).generate_state(K)``.
 
     Every episode of every evaluation gets its own 32-bit seed, independent of the others and of how the
-    episodes are played (one at a time or batched); see docs/decisions.md.
+    episodes are played (one at a time or batched); see docs/design.md, "Evaluation".
 
     Args:
         eval_seed: the run's evaluation seed (seed + env.seed_offset + env.eval_seed_offset), >= 0.

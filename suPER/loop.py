@@ -42,7 +42,7 @@ the loop's counters, torch's RNG, bookkeeping and a copy of the metrics rows wri
 ``restore()`` reads it back when the folder holds one (``suPER.campaigns.execute`` checks it with
 ``read_checkpoint`` first and deletes it for fresh starts), makes metrics.csv exactly the checkpoint's
 copy of the rows (a deleted file or a row cut by a crash comes back; rows logged after the checkpoint
-go, they are logged again) and returns the trainer's part. Env states are not saved (see docs/decisions.md): after a resume the
+go, they are logged again) and returns the trainer's part. Env states are not saved (see docs/design.md): after a resume the
 training envs restart from seeds derived from (seed, env_steps).
 """
 

@@ -592,7 +592,7 @@ def cpu_info() -> dict[str, Any]:
 
     Same seed, commit and packages reproduce a run bit for bit only with the same kernels: torch picks them by
     the instruction set (AVX2 and AVX-512 round differently), so trajectories part after the first updates
-    (docs/decisions.md, "Bit-reproducible per CPU instruction set").
+    (docs/design.md, "Reproducibility across machines").
     """
     model = None
     try:
@@ -723,7 +723,7 @@ class WandbLogger:
     file (``~/.netrc`` or ``$NETRC``; what ``wandb login`` writes, and what cluster/aws.yaml installs on
     the nodes). The key is never passed to ``wandb.init`` nor put into the run's config, so it cannot
     reach config.json, manifest.json or the W&B files. Online mode fails within ``WANDB_INIT_TIMEOUT_S``
-    with :class:`WandbError` when the service does not answer (decisions.md: fail, don't fall back).
+    with :class:`WandbError` when the service does not answer (docs/design.md, "Security": fail, don't fall back).
     """
 
     def __init__(self, run_dir: Path, project: str, group: str, name: str, config: Mapping[str, Any],

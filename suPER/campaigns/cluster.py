@@ -25,7 +25,7 @@ SECRET_ENV_VARS = ("WANDB_API_KEY", "RAY_AUTH_TOKEN")
 """Never sent to the cluster (nor any name ``SECRET_NAME`` matches). Ray writes a job's runtime env into world-readable logs
 (``runtime_env_agent.log``) and serves it from the dashboard (``/api/jobs/``), so a secret in it is a
 leaked secret. The nodes authenticate W&B with a netrc file that the cluster launcher installs with mode
-0600 (``cluster/aws.yaml``; docs/decisions.md, "Security"); a secret named in ``ray_runtime.yaml`` is refused."""
+0600 (``cluster/aws.yaml``; docs/design.md, "Security"); a secret named in ``ray_runtime.yaml`` is refused."""
 
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|PRIVATE|SESSION|COOKIE|NETRC", re.IGNORECASE)

@@ -329,7 +329,7 @@ class BattleEnv(MAgentEnv):
         name="battle", sender_side_priorities=True, has_opponents=True, outcome=outcome_battle,
         win_definition="the team with more surviving agents at the end of the episode wins (a wiped-out team "
                        "has 0); equal numbers are a tie",
-        # about an hour on 2 shared cores at 1 torch thread (~17 env steps/s for 12 learners, docs/decisions.md)
+        # about an hour on 2 shared cores at 1 torch thread (~17 env steps/s for 12 learners, docs/design.md)
         opponent_train_budget=60_000)
     library_module = "magent2.environments.battle.battle"
     team = "blue"

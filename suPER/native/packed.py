@@ -27,7 +27,7 @@ Equivalence (``tests/native/test_packed.py``): each run of a pack takes the same
 same replay rows and logs the same losses as the same config trained as a pack of one, bit for bit
 on CPU (``PackedQNet`` is slice-stable and ``packed_adam`` elementwise-exact). Against the unpacked
 ``dqn.train`` acting is bit-identical and training agrees to float rounding (its NCHW conv layout and
-fused Adam round differently; see docs/decisions.md).
+fused Adam round differently; see docs/design.md, "Packed runs").
 
 Replay on the device (``run.replay_device``, ``replay_device_of``): each run's buffers are ``TorchPER``
 tensors on the pack's device (views of one buffer when the runs' replay settings agree, so the learn phase

@@ -20,7 +20,7 @@ from suPER.models import BatchedQNet
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """One torch thread: the shared 2-core machine spin-waits with more (docs/decisions.md)."""
+    """One torch thread: the shared 2-core machine spin-waits with more (docs/design.md)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
