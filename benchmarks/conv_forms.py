@@ -15,7 +15,7 @@ weights and inputs. Cases:
 Prints CPU milliseconds per call (``time.process_time``), the ratio ``grouped/bmm``, the library path's
 achieved GFLOP/s (2 x multiply-adds of convs and dense layers; forward + backward counted as 3 forwards),
 that rate as a fraction of a large single-thread SGEMM's rate (the practical fp32 ceiling of this core), and
-the largest difference of the two paths' Q-values. Why: issue 15's 10x batched/sequential evaluation target
+the largest difference of the two paths' Q-values. Why: the 10x batched/sequential evaluation target
 needs the batched forward to run above that ceiling on a 2-core Zen1 (benchmarks/README.md).
 """
 

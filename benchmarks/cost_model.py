@@ -1,4 +1,4 @@
-"""Cost model of the paper grid: wall time predicted from measured per-step costs (issue 16, docs/performance.md).
+"""Cost model of the paper grid: wall time predicted from measured per-step costs (docs/performance.md).
 
 Per run of env ``e`` (``n`` learners, budget ``S`` env steps, learning from step ``L``, one update of batch
 ``B`` per learner every ``F`` env steps, ``K`` evaluations of ``M`` episodes of ``H`` steps), in CPU-seconds

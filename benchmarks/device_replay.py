@@ -1,4 +1,4 @@
-"""Replay sample + priority update time of a pack's buffers: numpy (MultiAgentPER) vs torch (TorchPER), issue 16.
+"""Replay sample + priority update time of a pack's buffers: numpy (MultiAgentPER) vs torch (TorchPER).
 
 A pack of R runs holds R buffers of P = 8 policies (paper pursuit: 8 pursuers, obs 7x7x3 uint8, capacity
 ``--capacity``, batch 32 per policy). One learn phase of ``train_pack`` samples every buffer and then updates

@@ -1,4 +1,4 @@
-"""Aggregate training env-steps/s of R packed runs vs R separate processes (issue 16).
+"""Aggregate training env-steps/s of R packed runs vs R separate processes.
 
 Usage::
 
@@ -41,7 +41,7 @@ same on every machine, so it can be measured here::
 Besides that, the packed/separate lines give the same ratio of env steps per CPU-second of the processes involved (``process_time``), which a loaded
 machine distorts less: there the OS gives R separate processes about R times the CPU share of one pack
 process, so the wall-clock ratio measures the scheduler as much as the code. Ratios are measured in one
-invocation on the same machine; on a loaded machine they are noisy (say so when you quote them). The target of issue 16: a pack is not slower than separate processes by more than 10 % on CPU.
+invocation on the same machine; on a loaded machine they are noisy (say so when you quote them). The target: a pack is not slower than separate processes by more than 10 % on CPU.
 """
 
 from __future__ import annotations

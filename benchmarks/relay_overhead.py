@@ -4,7 +4,7 @@ Usage: python benchmarks/relay_overhead.py [--env pursuit] [--steps 6000] [--mod
 
 Both runs use the same seed, the paper's network and replay ratio, learning from step 200 and no
 evaluation, so the only difference is the relay step (TD pass on fresh rows, selection, copies).
-Target (issue 3): overhead <= 10 %.
+Target: overhead <= 10 %.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""numpy-or-torch helpers, so one formula serves host arrays and device tensors (issue 16).
+"""numpy-or-torch helpers, so one formula serves host arrays and device tensors.
 
 The replay trees (``suPER.replay.per``) and the selection rules (``suPER.core.selection``) are written once
 against the operations numpy and torch share (indexing, arithmetic, ``where``, ``minimum``, ``quantile``, ...);

@@ -187,7 +187,7 @@ class DQNConfig(EpsilonGreedy):
 
 @dataclass
 class _RelayCoreConfig:
-    """SUPER experience relay settings (REFERENCE section 1); used from the SUPER issue on.
+    """SUPER experience relay settings (REFERENCE section 1).
 
     ``RelayConfig`` is this plus one field per parameter of a registered selection rule
     (``suPER.core.selection.SELECTION_RULES``, e.g. ``k`` of ``topk``).
@@ -220,7 +220,7 @@ else:
 @dataclass
 class SEACConfig:
     """Shared Experience Actor-Critic (Christianos et al., NeurIPS 2020): per-agent A2C whose losses also use
-    the other learners' on-policy experience, importance-weighted (issue 7; defaults from the SEAC paper)."""
+    the other learners' on-policy experience, importance-weighted (defaults from the SEAC paper)."""
 
     ranges: ClassVar[dict[str, str]] = {
         "lr": POS, "adam_eps": POS, "gamma": UNIT_OPEN, "n_steps": INT1, "num_envs": INT1, "entropy_coef": NONNEG,
@@ -254,7 +254,7 @@ class SEACConfig:
 
 @dataclass
 class MADDPGConfig(EpsilonGreedy):
-    """MADDPG with centralized critics and Gumbel-softmax discrete actors (REFERENCE 7.2; issue 7).
+    """MADDPG with centralized critics and Gumbel-softmax discrete actors (REFERENCE 7.2).
 
     Exploration (``EpsilonGreedy``): during training each learner acts uniformly at random with probability
     epsilon instead of its Gumbel sample (the original's EpsilonGreedy exploration; 0 = sampling only).
@@ -297,7 +297,7 @@ class MADDPGConfig(EpsilonGreedy):
 
 @dataclass
 class QMIXConfig(EpsilonGreedy):
-    """QMIX: GRU agent nets and a monotonic hypernetwork mixer over the global state (REFERENCE 7.1; issue 7)."""
+    """QMIX: GRU agent nets and a monotonic hypernetwork mixer over the global state (REFERENCE 7.1)."""
 
     ranges: ClassVar[dict[str, str]] = {
         **EpsilonGreedy.ranges, "lr": POS, "optim_alpha": UNIT, "optim_eps": POS, "gamma": UNIT_OPEN,
@@ -395,8 +395,8 @@ class RunConfig:
     replay_layout: Literal["compact", "plain"] = "compact"
     """storage of the DQN trainers' replay observations. compact (``suPER.replay.CompactPER``): each frame once,
     next_obs linked to the next row of the same agent when equal, MAgent cells as lossless palette codes
-    (battle ~0.26 GB instead of 1.8 GB at full buffers); plain (``MultiAgentPER``): obs and next_obs arrays as
-    before issue 15. Sampled batches are identical, and either layout resumes the other's checkpoints"""
+    (battle ~0.26 GB instead of 1.8 GB at full buffers); plain (``MultiAgentPER``): separate obs and next_obs
+    arrays. Sampled batches are identical, and either layout resumes the other's checkpoints"""
     replay_device: Literal["auto", "numpy", "device"] = "auto"
     """where a packed run (``--pack``) keeps its replay, relay windows and fresh observations. device:
     ``suPER.replay.TorchPER`` tensors on run.device (plain layout), relay selection on the device, and pursuit's

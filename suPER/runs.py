@@ -43,6 +43,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from suPER.metrics import wandb_key
+
 PACKAGES = ("super-marl", "torch", "ray", "pettingzoo", "magent2", "supersuit", "gymnasium", "numpy",
             "scipy", "wandb", "typer")
 """Distributions whose versions every manifest records."""
@@ -949,18 +951,8 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
 
 
 def namespaced_metrics(row: dict[str, Any], timings: dict[str, float]) -> dict[str, float]:
-    """metrics.csv columns -> namespaced W&B keys (charts/, losses/, relay/, perf/; see docs/metrics.md)."""
-    out: dict[str, float] = {}
-    for k, v in row.items():
-        if k == "env_steps":
-            continue
-        if k == "loss" or k.endswith("_loss"):
-            out[f"losses/{k}"] = v
-        elif k.startswith(("fraction_shared", "relayed_")):
-            out[f"relay/{k}"] = v
-        elif k in ("env_steps_per_sec", "wall_time_s", "updates"):
-            out[f"perf/{k}"] = v
-        else:
-            out[f"charts/{k}"] = v
+    """metrics.csv columns -> namespaced W&B keys (``suPER.metrics.wandb_key``; env_steps is W&B's step), plus
+    each loop phase's seconds as ``perf/time_<phase>_s``."""
+    out = {wandb_key(k): v for k, v in row.items() if k != "env_steps"}
     out.update({f"perf/time_{k}_s": v for k, v in timings.items()})
     return out

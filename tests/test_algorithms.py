@@ -18,6 +18,7 @@ from suPER import cli
 from suPER import config as C
 from suPER.algorithms import AlgorithmSpec, algos_help, register
 from suPER.config import ALGORITHMS
+from suPER.metrics import metric
 
 NAMED = {"dqn.lr": 1e-3, "dqn.buffer_size": 500, "dqn.model": "conv", "dqn.parameter_sharing": True}
 """The named flags that target an algorithm section (``--lr``, ``--buffer-size``, ``--model``, ``--parameter-sharing``)."""
@@ -114,3 +115,4 @@ def test_tiny_cli_run_of_each_algorithm(algo: str, tmp_path: Path, monkeypatch: 
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     assert [int(r["env_steps"]) for r in rows] == [0, 40, 80]
     assert all(r["team_return_mean"] not in ("", "nan") for r in rows)
+    assert [c for c in rows[0] if metric(c) is None] == []  # every column is documented (docs/reference.md)

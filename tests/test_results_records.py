@@ -1,4 +1,4 @@
-"""The committed Figure 1 records (results/fig1, issue 13) redraw from a fresh clone and are complete records."""
+"""The committed Figure 1 records (results/fig1) redraw from a fresh clone and are complete records."""
 
 from __future__ import annotations
 

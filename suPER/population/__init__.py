@@ -1,4 +1,4 @@
-"""Population training (PSRO, fictitious self-play, self-play) with SUPER-DDQN teams as learners (issue 17).
+"""Population training (PSRO, fictitious self-play, self-play) with SUPER-DDQN teams as learners.
 
 Modules, one job each:
 

@@ -6,7 +6,7 @@ out and the rest renormalised. Written into the destination folder (default ``ex
 ``<env>.mixture.json`` (``suPER.population.mixture`` format, read by ``--opponent PATH``), its members as
 ``<env>.mixture/<policy>.safetensors`` and ``<env>.mixture.card.md``. The shipped single-team opponent
 ``<env>.safetensors`` (``--opponent pretrained``) is not touched: replacing it changes the paper grid's
-opponent and needs the evidence of issue 17.
+opponent and needs evidence that the new team is stronger (docs/population.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prioritized replay for P policies held as torch tensors on a chosen device (packed runs on a GPU, issue 16).
+"""Prioritized replay for P policies held as torch tensors on a chosen device (packed runs on a GPU).
 
 :class:`TorchPER` is :class:`~suPER.replay.per.MultiAgentPER` with its storage, sum/min trees, priority
 updates and stratified sampling on a torch device: the same layout (rows ``[P, capacity]``, trees

@@ -146,7 +146,7 @@ def test_maddpg_team_return_rises_above_random(tmp_path: Path) -> None:
     assert float(np.mean(returns[-2:])) > bar, (returns, bar)
 
 
-@pytest.mark.slow  # CI time (issue 12 added ~4 min of hostile-input and fault tests): the QMIX learning check (~40 s) runs with -m slow
+@pytest.mark.slow  # CI time: the QMIX learning check (~40 s) runs with -m slow
 def test_qmix_team_return_rises_above_random(tmp_path: Path) -> None:
     cfg = C.resolve("pursuit", "qmix", overrides={**EASY_PURSUIT, **QMIX_CHECK, "run.seed": 1})
     qmix.train(cfg, RunFolder(tmp_path / "r"))

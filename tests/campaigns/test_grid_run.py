@@ -61,7 +61,7 @@ def test_grid_run_trains_resumes_and_skips(tmp_path: Path) -> None:
     assert rows(out / plain.run_name) == [0, 40]
 
     # another writer holds the SUPER run's folder (a resubmitted grid while the first still runs): that trial
-    # fails, the other finishes, and grid run exits 1 as the shell sees it (it exited 0 before issue 12)
+    # fails, the other finishes, and grid run exits 1 as the shell sees it
     from suPER.runs import RunFolder
 
     (out / super_.run_name).mkdir(parents=True)

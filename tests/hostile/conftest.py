@@ -1,4 +1,4 @@
-"""The hostile-input corpus (issue 12): shared helpers.
+"""The hostile-input corpus: shared helpers.
 
 Every case runs one bad input or fault against the real CLI and asserts the same contract:
 

@@ -1,5 +1,5 @@
 """Hostile inputs to ``super-marl train`` / ``grid``: each is one line naming the flag as typed, exit 2,
-nothing written (issue 12, CLI exit codes and input validation)."""
+nothing written (CLI exit codes and input validation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile inputs to ``plot`` and ``compare`` (issue 12): broken run folders, unfinished runs, bad flags.
+"""Hostile inputs to ``plot`` and ``compare``: broken run folders, unfinished runs, bad flags.
 
 Refused inputs answer one ``error:`` line (exit 2) and write nothing. A broken or unfinished run among
 good ones does not abort the figure: it gets one ``warning: FILE: ...`` line naming the file at fault,

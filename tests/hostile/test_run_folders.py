@@ -1,4 +1,4 @@
-"""Hostile-input corpus: run folders (issue 12) - damaged, missing or foreign files, a second writer, a full disk.
+"""Hostile-input corpus: run folders - damaged, missing or foreign files, a second writer, a full disk.
 
 Two tiny pursuit runs are built once per module and copied into every case: ``finished`` (300 env steps,
 evaluations at 0, 100, 200, 300) and ``unfinished`` (interrupted at 250 env steps by a Ctrl-C: manifest

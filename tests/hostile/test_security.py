@@ -1,4 +1,4 @@
-"""Hostile inputs and secrets (issue 12, security): a W&B key in the environment reaches no file of a
+"""Hostile inputs and secrets (security): a W&B key in the environment reaches no file of a
 run folder; online W&B without a network or credentials fails in seconds with one line; `grid submit`
 and run_all.sh refuse bad input (secrets in the runtime env included) with one line, exit 2, nothing
 submitted or written."""
