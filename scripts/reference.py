@@ -6,7 +6,8 @@
 Config keys come from the config sections' dataclasses (``ExperimentConfig``'s fields: ``env``, one section per
 registered algorithm, ``relay``, ``run``): type, default, the paper values of ``experiments/envs/<env>.yaml`` where
 they set the key, allowed range (``suPER.config.RANGES``) and the field's docstring (``suPER.docstrings``).
-Selection-rule parameters come from the rules' records, metrics from ``suPER.metrics.METRICS``.
+Selection rules, meta-solvers and metrics come from their records (``SELECTION_RULES``, ``META_SOLVERS``,
+``suPER.metrics.METRICS``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from suPER.config import ENV_NAMES, RANGES, ExperimentConfig, flatten, load_env_
 from suPER.core.selection import SELECTION_RULES
 from suPER.docstrings import field_docs
 from suPER.metrics import METRICS, PHASE_TIMES
+from suPER.population.solvers import META_SOLVERS
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 
@@ -95,6 +97,13 @@ def selection_rules() -> str:
     return "\n".join(out + [""])
 
 
+def meta_solvers() -> str:
+    out = ["## Meta-solvers", "", "Population training's `--meta-solver` (`suPER.population.solvers.META_SOLVERS`).",
+           "", "| name | what it returns |", "|---|---|"]
+    out += [f"| `{m.name}` | {cell(m.summary)} |" for m in META_SOLVERS.values()]
+    return "\n".join(out + [""])
+
+
 def metrics() -> str:
     out = ["## metrics.csv columns", "",
            "One row per evaluation; W&B receives the same values under `<namespace>/<column>` (x axis: "
@@ -110,7 +119,7 @@ def metrics() -> str:
 
 
 def reference() -> str:
-    return "\n".join([HEADER, config_sections(), selection_rules(), metrics()]).rstrip() + "\n"
+    return "\n".join([HEADER, config_sections(), selection_rules(), meta_solvers(), metrics()]).rstrip() + "\n"
 
 
 def main(argv: list[str]) -> int:

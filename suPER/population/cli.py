@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
+from suPER.population.solvers import solver_names
 
 population_app = typer.Typer(no_args_is_help=True, help="Population training of battle / adversarial_pursuit "
                              "teams (PSRO, fictitious self-play, self-play) with SUPER-DDQN best responses.")
@@ -119,8 +120,8 @@ def _register(method: str, summary: str) -> None:
         seed: Annotated[int, typer.Option(help="run seed")] = 1,
         sides: Annotated[str, typer.Option(help="which sides train: both | team (blue / prey) | opponent "
                                                 "(red / predators)")] = "both",
-        meta_solver: Annotated[str, typer.Option("--meta-solver", help="nash | uniform | last | prd (default: "
-                                                 "the method's)")] = "",
+        meta_solver: Annotated[str, typer.Option("--meta-solver", help=f"{solver_names()} (default: the "
+                                                 f"method's)")] = "",
         warm_start: Annotated[str, typer.Option("--warm-start", help="scratch | best (start each best response "
                                                 "from its side's highest-weight policy)")] = "scratch",
         relay: Annotated[bool, typer.Option("--relay/--no-relay", help="SUPER relay within each best "

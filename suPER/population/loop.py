@@ -77,7 +77,7 @@ class PopulationConfig:
     method: str = "psro"
     """psro | fsp | selfplay (names the run and picks the default meta-solver)"""
     meta_solver: str = ""
-    """nash | uniform | last | prd; empty = the method's (``METHODS``)"""
+    """a meta-solver (``solvers.META_SOLVERS``: nash, uniform, last, prd, ...); empty = the method's (``METHODS``)"""
     iterations: int = 4
     """best-response iterations"""
     br_steps: int = 20_000

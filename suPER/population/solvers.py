@@ -2,8 +2,9 @@
 
 The meta-game is a matrix ``u_IJ``: the row side's expected payoff when its policy i meets the column
 side's policy j; the column side gets ``-u_IJ`` (zero-sum). A meta-solver maps ``u_IJ`` to a mixture
-per side, ``(x_I, y_J)``, each a probability vector. Registry ``META_SOLVERS`` (name -> function); the
-population commands pick one by name (``psro``: ``nash``, ``fsp``: ``uniform``, ``selfplay``: ``last``,
+per side, ``(x_I, y_J)``, each a probability vector. Registry ``META_SOLVERS`` (name -> ``MetaSolverSpec``
+record: its function and a one-line summary, from which ``--meta-solver``'s help, its error and the docs' table
+are made); the population commands pick one by name (``psro``: ``nash``, ``fsp``: ``uniform``, ``selfplay``: ``last``,
 or any of them with ``--meta-solver``).
 
 * ``nash``: the minimax mixtures by linear programming (``scipy.optimize.linprog``, HiGHS). Row:
@@ -29,6 +30,7 @@ NashConv of ``(x, y)``: the sum of both sides' gains from deviating to a best re
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -115,8 +117,44 @@ def prd(u_IJ: np.ndarray, iterations: int = PRD_ITERATIONS, dt: float = PRD_DT,
     return sum_x / iterations, sum_y / iterations
 
 
-META_SOLVERS: dict[str, MetaSolver] = {"nash": nash, "uniform": uniform, "last": last, "prd": prd}
-"""name -> meta-solver (``--meta-solver NAME``)"""
+@dataclass(frozen=True)
+class MetaSolverSpec:
+    """One meta-solver: what users type, its function, and one line for ``--help`` and the docs."""
+
+    name: str
+    """``--meta-solver NAME``, ``meta_solver`` in population.json"""
+    solve: MetaSolver
+    summary: str
+
+    def __call__(self, u_IJ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.solve(u_IJ)
+
+
+META_SOLVERS: dict[str, MetaSolverSpec] = {}
+"""name -> meta-solver record (``--meta-solver NAME``), in registration order"""
+
+
+def register(spec: MetaSolverSpec) -> MetaSolverSpec:
+    """Add a meta-solver; its name must be new.
+
+    Raises:
+        ValueError: the name is taken.
+    """
+    if spec.name in META_SOLVERS:
+        raise ValueError(f"meta-solver {spec.name!r} is registered already")
+    META_SOLVERS[spec.name] = spec
+    return spec
+
+
+def solver_names() -> str:
+    """``nash | uniform | ...`` for help texts and errors."""
+    return " | ".join(META_SOLVERS)
+
+
+register(MetaSolverSpec("nash", nash, "minimax mixtures by linear programming (PSRO's default)"))
+register(MetaSolverSpec("uniform", uniform, "uniform over each side's policies (fictitious self-play's default)"))
+register(MetaSolverSpec("last", last, "all weight on each side's newest policy (self-play's default)"))
+register(MetaSolverSpec("prd", prd, "projected replicator dynamics, mean of the iterates (OpenSpiel's defaults)"))
 
 
 def nash_conv(u_IJ: np.ndarray, x_I: np.ndarray, y_J: np.ndarray) -> float:

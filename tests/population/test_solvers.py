@@ -87,3 +87,37 @@ def test_every_solver_returns_mixtures(name: str) -> None:
 def test_bad_matrix_is_refused() -> None:
     with pytest.raises(ValueError, match="payoff matrix"):
         nash(np.array([1.0, 2.0]))
+
+
+def test_a_registered_meta_solver_reaches_help_errors_and_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One record per meta-solver: registering one puts it in --meta-solver's help, the config's accepted names and
+    docs/reference.md's table; a taken name is refused."""
+    import sys
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from suPER.population import solvers
+    from suPER.population.loop import PopulationConfig
+
+    spec = solvers.MetaSolverSpec("first", lambda u: (np.eye(len(u))[0], np.eye(u.shape[1])[0]),
+                                  "all weight on the first policy")
+    solvers.register(spec)
+    try:
+        assert PopulationConfig(env="battle", meta_solver="first").validate().solver == "first"
+        with pytest.raises(ValueError, match="registered already"):
+            solvers.register(spec)
+        scripts = str(Path(__file__).resolve().parents[2] / "scripts")
+        sys.path.insert(0, scripts)
+        try:
+            import reference
+        finally:
+            sys.path.remove(scripts)
+        assert "| `first` | all weight on the first policy |" in reference.meta_solvers()
+    finally:
+        solvers.META_SOLVERS.pop("first")
+    from suPER.population import cli as population_cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    text = CliRunner().invoke(population_cli.population_app, ["psro", "--help"]).output
+    assert "nash | uniform | last | prd" in text  # the help is made when the command is defined
