@@ -12,6 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from suPER import cli
@@ -116,3 +117,46 @@ def test_tiny_cli_run_of_each_algorithm(algo: str, tmp_path: Path, monkeypatch: 
     assert [int(r["env_steps"]) for r in rows] == [0, 40, 80]
     assert all(r["team_return_mean"] not in ("", "nan") for r in rows)
     assert [c for c in rows[0] if metric(c) is None] == []  # every column is documented (docs/reference.md)
+
+
+class Interrupted(Exception):
+    """Raised from a progress callback: a run stopped mid-way (as Ctrl-C or a crash would stop it)."""
+
+
+SMALL_PURSUIT = {"env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6,
+                 "env.kwargs.y_size": 6, "env.kwargs.max_cycles": 30, "env.horizon": 30, "run.eval_episodes": 1,
+                 "run.progress": False, "run.device": "cpu", "run.num_timesteps": 300, "run.eval_interval": 100}
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_every_trainer_resumes_where_it_was_interrupted(algo: str, tmp_path: Path) -> None:
+    """Stopped after its checkpoint at 100 env steps, a run trained again into the same folder continues from that
+    checkpoint: the rows written before stay as they were, progress resumes past 100 (a restart would report from
+    its first steps), and it ends at its budget with one row per evaluation and a learner that kept learning."""
+    from suPER.campaigns import trainer_for
+    from suPER.runs import RunFolder, read_metrics
+
+    spec = ALGORITHMS[algo]
+    names = {f.name for f in dataclasses.fields(spec.config)}
+    tiny = {f"{spec.section}.{k}": v for k, v in TINY_SECTION.items() if k in names}
+    cfg = C.resolve("pursuit", algo, overrides={**SMALL_PURSUIT, **tiny})
+    train, folder = trainer_for("native", algo), RunFolder(tmp_path / "run")
+
+    def interrupt(env_steps: int, stats: dict[str, float]) -> None:
+        if env_steps >= 150:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train(cfg, folder, progress=interrupt)
+    assert (folder.checkpoints / "latest.pt").exists() and not (folder.checkpoints / "final.pt").exists()
+    before = read_metrics(folder.metrics)
+    seen: list[int] = []
+    summary = train(cfg, folder, progress=lambda env_steps, stats: seen.append(env_steps))
+    after = read_metrics(folder.metrics)
+    assert summary.env_steps == 300 and list(after["env_steps"]) == [0, 100, 200, 300]
+    assert seen and seen[0] > 100
+    for column in before:  # the rows up to the checkpoint, as written (timing columns aside)
+        if column not in ("env_steps_per_sec", "wall_time_s"):
+            np.testing.assert_array_equal(after[column][:2], before[column][:2], err_msg=column)
+    loss = next(c for c in ("loss", "critic_loss") if c in after)
+    assert after["updates"][-1] > after["updates"][1] > 0 and np.isfinite(after[loss][-1])

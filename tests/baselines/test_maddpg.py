@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from suPER import config as C
 from suPER.baselines import maddpg
 from suPER.models import BatchedMLP
-from suPER.runs import RunFolder, read_metrics
 
 N, OBS, A, B = 2, 3, 2, 4
 
@@ -115,32 +111,6 @@ def test_gumbel_softmax_st_is_one_hot_with_soft_gradient() -> None:
     (y * torch.tensor([[1.0, 2.0, 3.0]])).sum().backward()
     expected = torch.autograd.grad((soft * torch.tensor([[1.0, 2.0, 3.0]])).sum(), logits)[0]
     torch.testing.assert_close(logits.grad, expected)
-
-
-class Stop(Exception):
-    pass
-
-
-def test_resume_continues_the_schedule(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "maddpg", overrides={
-        "env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
-        "env.kwargs.max_cycles": 30, "env.horizon": 30, "run.eval_episodes": 1, "run.progress": False,
-        "run.num_timesteps": 300, "run.eval_interval": 100, "maddpg.learning_starts": 50,
-        "maddpg.rollout_fragment_length": 4, "maddpg.buffer_size": 1000})
-    folder = RunFolder(tmp_path / "r")
-
-    def kill(steps: int, stats: dict[str, float]) -> None:
-        if steps >= 150:
-            raise Stop
-
-    with pytest.raises(Stop):
-        maddpg.train(cfg, folder, progress=kill)
-    summary = maddpg.train(cfg, folder)
-    assert summary.env_steps == 300
-    m = read_metrics(folder.metrics)
-    assert list(m["env_steps"]) == [0, 100, 200, 300]
-    assert m["updates"][-1] == len(range(52, 301, 4))  # as uninterrupted: the counter comes from the checkpoint
-    assert np.isfinite(m["critic_loss"][1:]).all()
 
 
 def test_losses_learn_a_one_step_team_game() -> None:

@@ -3,16 +3,11 @@ masked, resume."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from suPER import config as C
 from suPER.baselines import qmix
-from suPER.runs import RunFolder, read_metrics
 
 N, OBS, A, H, E = 2, 3, 3, 4, 5
 
@@ -94,29 +89,3 @@ def test_dead_learner_does_not_change_the_loss() -> None:
     torch.testing.assert_close(qmix.qmix_loss(agent, mixer, t_agent, t_mixer, b, 0.9, True), base)
 
 
-class Stop(Exception):
-    pass
-
-
-def test_resume_continues_the_schedule(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "qmix", overrides={
-        "env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
-        "env.kwargs.max_cycles": 25, "env.horizon": 25, "run.eval_episodes": 1, "run.progress": False,
-        "run.num_timesteps": 300, "run.eval_interval": 100, "qmix.learning_starts": 50, "qmix.buffer_episodes": 20})
-    folder = RunFolder(tmp_path / "r")
-
-    def kill(steps: int, stats: dict[str, float]) -> None:
-        if steps >= 150:
-            raise Stop
-
-    with pytest.raises(Stop):
-        qmix.train(cfg, folder, progress=kill)
-    before = read_metrics(folder.metrics)
-    seen: list[int] = []
-    summary = qmix.train(cfg, folder, progress=lambda steps, stats: seen.append(steps))
-    assert summary.env_steps == 300
-    assert seen and seen[0] > 100  # continued after the checkpoint at 100; a restart would report from its first steps
-    m = read_metrics(folder.metrics)
-    assert list(m["env_steps"]) == [0, 100, 200, 300]
-    np.testing.assert_array_equal(m["updates"][:2], before["updates"][:2])  # rows up to the checkpoint kept as written
-    assert m["updates"][-1] > m["updates"][1] > 0 and np.isfinite(m["loss"][-1])

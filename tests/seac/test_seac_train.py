@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seac.trainer import train
 from suPER import config as C
-from suPER.runs import RunFolder, read_metrics
 
 TINY = ["--num-timesteps", "200", "--eval-interval", "100", "--eval-episodes", "1", "--no-progress",
         "--set", "env.horizon=30"]
@@ -53,32 +51,6 @@ def test_cli_train_each_env(tmp_path: Path, env: str, n_agents: int, extra: list
 def test_bad_seac_setting_is_a_one_line_error(tmp_path: Path) -> None:
     r = cli_train(tmp_path, "--env", "pursuit", "--set", "seac.model=rnn")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --set seac.model")
-
-
-SMALL = {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
-         "env.kwargs.max_cycles": 25, "env.horizon": 25, "run.eval_episodes": 1, "run.progress": False,
-         "run.device": "cpu", "run.num_timesteps": 240, "run.eval_interval": 80}
-
-
-class Stop(Exception):
-    pass
-
-
-def test_resume_continues_to_the_budget(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "seac", overrides=SMALL)
-    folder = RunFolder(tmp_path / "r")
-
-    def stop_after_100(env_steps: int, stats: dict[str, float]) -> None:
-        if env_steps >= 100:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(cfg, folder, progress=stop_after_100)
-    assert (folder.checkpoints / "latest.pt").exists() and not (folder.checkpoints / "final.pt").exists()
-    summary = train(cfg, folder)
-    m = read_metrics(folder.metrics)
-    assert summary.env_steps == 240 and list(m["env_steps"]) == [0, 80, 160, 240]
-    assert (m["updates"][1:] > 0).all()
 
 
 def test_train_py_lists_its_settings_and_names_the_folder_it_was_given(tmp_path: Path) -> None:
