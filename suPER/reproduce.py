@@ -87,8 +87,9 @@ def run_seconds(cfg: C.ExperimentConfig) -> float | None:
 
 
 def paper_budget(env: str) -> int:
-    """The paper's training budget of ``env`` in env steps (``run.num_timesteps`` of its env YAML)."""
-    return int(C.load_env_defaults(env)["run"]["num_timesteps"])
+    """The paper's training budget of ``env`` in env steps (its resolved ``run.num_timesteps``: the env YAML's value,
+    or the dataclass default where the YAML does not restate it)."""
+    return C.resolve(env).run.num_timesteps
 
 
 def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = None,

@@ -49,7 +49,7 @@ def test_every_registered_env_builds_steps_and_has_its_data(name: str) -> None:
     finally:
         env.close()
     assert set(cfg.kwargs) <= set(accepted_kwargs(name))  # the YAML's kwargs are the library's arguments
-    assert C.load_env_defaults(name)["run"]["num_timesteps"] >= 1  # default budget
+    assert C.resolve(name).run.num_timesteps >= 1  # default budget
     assert set(C.load_env_profiles(name)["quick"]) >= {"run.num_timesteps"}  # --quick
     assert (info["opponent_ids"] != []) == rec.has_opponents
 
@@ -57,7 +57,7 @@ def test_every_registered_env_builds_steps_and_has_its_data(name: str) -> None:
 @pytest.mark.parametrize("name", opponent_env_names())
 def test_every_opponent_env_ships_its_opponent_and_an_outcome_rule(name: str) -> None:
     rec = env_record(name)
-    assert C.load_env_defaults(name)["env"]["opponent"] == "pretrained"
+    assert C.resolve(name).env.opponent == "pretrained"
     assert (OPPONENTS_DIR / f"{name}.safetensors").is_file() and (OPPONENTS_DIR / f"{name}.card.md").is_file()
     env = make_env(replace(C.resolve(name, "ddqn").env, horizon=2), seed=1)  # the shipped weights fit the env
     try:
