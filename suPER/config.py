@@ -17,7 +17,6 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args, get_origin, get_type_hints
@@ -569,30 +568,6 @@ else:
     ExperimentConfig.__doc__ = _Experiment.__doc__
 
 
-FLAG_KEYS: dict[str, str] = {
-    "num_timesteps": "run.num_timesteps", "eval_interval": "run.eval_interval",
-    "eval_episodes": "run.eval_episodes", "eval_parallel": "run.eval_parallel", "tag": "run.tag",
-    "device": "run.device", "threads": "run.threads",
-    "wandb": "run.wandb", "wandb_project": "run.wandb_project", "wandb_group": "run.wandb_group",
-    "wandb_mode": "run.wandb_mode",
-    "parameter_sharing": "dqn.parameter_sharing", "lr": "dqn.lr", "buffer_size": "dqn.buffer_size",
-    "model": "dqn.model",
-    "super": "relay.enabled", "super_mode": "relay.mode", "bandwidth": "relay.bandwidth", "window": "relay.window",
-    "team": "relay.team", "insertion_priority": "relay.insertion_priority",
-    "opponent": "env.opponent", "opponent_epsilon": "env.opponent_epsilon",
-    "eval_opponent_epsilon": "env.eval_opponent_epsilon",
-    "allow_pickle": "env.opponent_allow_pickle",
-}
-"""``super-marl train`` named flags (option name with ``_``) -> the dotted config key each one sets.
-
-Grid files (``experiments/*grid*.yaml``) use the same names, so a grid entry reads like a command line.
-"""
-
-
-SUPER_ONLY_FLAGS = ("super_mode", "bandwidth", "window", "team")
-"""Named flags that only mean something with the relay on (``train`` and grid files refuse them without it)."""
-
-
 def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Point the named flags at the algorithm's own settings (``--lr`` -> ``seac.lr`` for SEAC, ...).
 
@@ -608,7 +583,7 @@ def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None 
 
     Args:
         algo: registered algorithm key.
-        named: dotted key -> value of the named flags (``FLAG_KEYS`` targets).
+        named: dotted key -> value of the named flags (``suPER.flags.FLAG_KEYS`` targets).
         labels: dotted key -> the flag as typed, for the error; default ``--<flag name>``.
 
     Raises:
@@ -616,7 +591,6 @@ def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None 
     """
     spec = algorithm(algo)
     own, sections = set(spec.sections), set(algo_sections())
-    flag_of = {v: k for k, v in FLAG_KEYS.items()}
     out: dict[str, Any] = {}
     for key, value in named.items():
         section = key.split(".")[0]
@@ -630,7 +604,7 @@ def route_flags(algo: str, named: dict[str, Any], labels: dict[str, str] | None 
         elif value is False or value is None or (key in spec.flag_noops and spec.flag_noops[key] == value):
             continue
         else:
-            flag = (labels or {}).get(key) or "--" + flag_of.get(key, key).replace("_", "-")
+            flag = (labels or {}).get(key) or key
             raise ConfigError(f"{flag}: not used by --algo {algo} (its settings: --set {spec.section}.KEY=VALUE)")
     return out
 
@@ -670,56 +644,6 @@ def paper_protocol_settings(mode: str | None) -> dict[str, Any]:
 
 legacy_settings = paper_protocol_settings
 """``--legacy`` is the paper protocol as a per-run switch."""
-
-
-def named_settings(env_name: str, flags: dict[str, Any],
-                   label: Callable[[str], str] = lambda name: name) -> tuple[dict[str, Any], dict[str, str]]:
-    """Named flags -> dotted settings, the one translation ``super-marl train`` and grid files share.
-
-    Order (later wins): the ``quick`` profile of ``env_name`` (``profiles: quick:`` of its env YAML), the named
-    flags (``FLAG_KEYS`` names), then the paper protocol's settings (``paper_protocol_settings``) when
-    ``protocol`` is ``paper`` or ``legacy`` is true.
-
-    Args:
-        env_name: environment registry key (selects the quick profile).
-        flags: ``FLAG_KEYS`` names plus the switches ``quick``, ``legacy`` and ``protocol`` (ours | paper);
-            a value None = not given.
-        label: flag name -> how errors name it (the CLI: ``--lr`` or the paper spelling typed; grids: ``lr``).
-
-    Returns:
-        (dotted key -> value, dotted key -> label): flags are labelled ``label(name)``, profile and legacy
-        settings ``"<label(quick)> (<key>)"`` / ``"<label(legacy)> (<key>)"``.
-
-    Raises:
-        ConfigError: ``quick`` for an env without a quick profile, an unknown protocol, or a name that is not a flag.
-    """
-    named: dict[str, Any] = {}
-    labels: dict[str, str] = {}
-    if flags.get("quick"):
-        quick = load_env_profiles(env_name).get("quick")
-        if quick is None:
-            raise ConfigError(f"{label('quick')}: no quick profile for env {env_name!r} in "
-                              f"{env_yaml_path(env_name)} (profiles: quick:)")
-        named.update(quick)
-        labels.update({key: f"{label('quick')} ({key})" for key in quick})
-    for name, value in flags.items():
-        if name in ("quick", "legacy", "protocol") or value is None:
-            continue
-        if name not in FLAG_KEYS:
-            raise ConfigError(f"{label(name)}: not a named flag (known: {', '.join(FLAG_KEYS)})")
-        named[FLAG_KEYS[name]] = value
-        labels[FLAG_KEYS[name]] = label(name)
-    protocol = flags.get("protocol")
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ConfigError(f"{label('protocol')}: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-    if protocol == "ours" and flags.get("legacy"):
-        raise ConfigError(f"{label('legacy')}: is the paper protocol, which {label('protocol')} ours contradicts")
-    if protocol == "paper" or flags.get("legacy"):
-        switch = label("protocol") if protocol == "paper" else label("legacy")
-        paper = paper_protocol_settings(flags.get("super_mode"))
-        named.update(paper)
-        labels.update({key: f"{switch} ({key})" for key in paper})
-    return named, labels
 
 
 def _literal_values(cls: type, name: str) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from suPER.config import ConfigError
 from suPER.metrics import wandb_key
 
 PACKAGES = ("super-marl", "torch", "ray", "pettingzoo", "magent2", "supersuit", "gymnasium", "numpy",
@@ -60,7 +61,7 @@ START_OVER_ELSEWHERE = "move the run folder aside (this command then starts that
 gone is started over, where ``train`` would refuse or overwrite."""
 
 
-class RunFolderError(ValueError):
+class RunFolderError(ConfigError):
     """The output folder cannot be used as asked (unwritable, a finished run, a damaged file, another writer):
     bad input, one line, exit 2, nothing changed.
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from suPER import config as C
 from suPER.cli import translate_paper_args
+from suPER.flags import named_settings
 
 CLI = [sys.executable, "-m", "suPER.cli"]
 
@@ -39,7 +41,27 @@ def test_help_lists_commands() -> None:
     r = run_cli("--help")
     assert r.returncode == 0 and "train" in r.stdout and "envs" in r.stdout
     r = run_cli("train", "--help")
-    assert r.returncode == 0 and "--num-timesteps" in r.stdout and "--suPER True" in r.stdout
+    assert r.returncode == 0 and "--num-timesteps" in r.stdout and "--suPER " in r.stdout
+
+
+def test_train_help_is_the_option_table_in_its_panels() -> None:
+    """Every option of the table shows in its own panel, with the help of the config field it sets."""
+    from suPER.docstrings import field_docs
+    from suPER.flags import FLAGS, PANELS, PAPER_ONLY
+
+    text = run_cli("train", "--help").stdout
+    lines = text.splitlines()
+    panel_of_line, panel = [], None
+    for line in lines:  # the panel each line of the help sits in
+        panel = next((p for p in PANELS if line.startswith(f"╭─ {p} ")), panel)
+        panel_of_line.append(panel)
+    assert [p for p in PANELS if any(line.startswith(f"╭─ {p} ") for line in lines)] == list(PANELS)
+    for f in (*FLAGS, *PAPER_ONLY):
+        shown = f.paper if f in PAPER_ONLY else f.flag
+        rows = [i for i, line in enumerate(lines) if line.startswith(f"│ {shown} ")]
+        assert len(rows) == 1 and panel_of_line[rows[0]] == f.panel, (shown, f.panel)
+    lr_doc = field_docs(C.DQNConfig)["lr"]  # help text is the field docstring, not retyped
+    assert lr_doc.split(".")[0] in " ".join(text.split())
 
 
 def test_envs_command_lists_three_envs() -> None:
@@ -92,7 +114,7 @@ def test_finished_run_is_not_overwritten(tmp_path: Path) -> None:
 
 def test_legacy_switch_turns_on_every_documented_quirk() -> None:
     from suPER import config as C
-    from suPER.cli import legacy_settings
+    from suPER.config import paper_protocol_settings as legacy_settings
 
     cfg = C.resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
     assert cfg.relay.mode == "gaussian_variance"  # variance as the gaussian scale (REFERENCE 14.2)
@@ -106,11 +128,63 @@ def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long
     """``train`` with no budget starts the paper's 800k env steps: its plan line says so, with its evaluations and
     an estimated time, and names --quick; a short run's does not."""
     from suPER import config as C
-    from suPER.cli import plan_line
+    from suPER.cli.train import plan_line
 
     long = plan_line(C.resolve("pursuit"))
     assert "800,000 env steps, 201 evaluations x 20 episodes, estimated" in long and "--quick" in long
     assert float(long.split("estimated ")[1].split(" h")[0]) > 1
-    short = plan_line(C.resolve("pursuit", named=C.named_settings("pursuit", {"quick": True})[0]))
+    short = plan_line(C.resolve("pursuit", named=named_settings("pursuit", {"quick": True})[0]))
     assert "min at the Figure 1 campaign's pace" in short and "--quick" not in short
     assert "estimated" not in plan_line(C.resolve("pursuit", "qmix"))  # no rate measured for it: no guess
+
+
+def test_config_file_trains_exactly_that_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`train --config FILE|JSON` rebuilds the recorded configuration; only where and how it runs may be added, and a
+    setting flag beside it is refused by name (the file decides every setting)."""
+    from suPER import cli
+    from suPER.cli import train as cli_train
+
+    seen: list[C.ExperimentConfig] = []
+    monkeypatch.setattr(cli_train, "_train_one", lambda cfg, *a, **k: seen.append(cfg))
+    argv = ["train", "--env", "battle", "--super", "--super-mode", "stochastic", "--bandwidth", "0.3",
+            "--protocol", "paper", "--set", "dqn.gamma=0.95", "--seed", "7"]
+    assert cli.main(argv) == 0
+    original = seen.pop()
+    recorded = tmp_path / "config.json"
+    recorded.write_text(json.dumps(original.to_dict()))
+    for given in (str(recorded), recorded.read_text()):  # a file, or its JSON text (what a cluster job carries)
+        assert cli.main(["train", "--config", given, "--out", str(tmp_path / "again"), "--threads", "2"]) == 0
+        again = seen.pop()
+        assert C.without_volatile(again.to_dict()) == C.without_volatile(original.to_dict())
+        assert again.run.out == str(tmp_path / "again") and again.run.threads == 2
+        assert again.run_name == original.run_name
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--lr", "0.1"], "error: --lr: not with --config (the file decides every setting"),
+    (["--suPER_bandwidth", "0.2"], "error: --suPER_bandwidth: not with --config"),
+    (["--num-seeds", "2"], "error: --num-seeds: not with --config"),
+])
+def test_config_file_refuses_setting_flags_beside_it(tmp_path: Path, args: list[str], line: str) -> None:
+    recorded = tmp_path / "config.json"
+    recorded.write_text(json.dumps(C.resolve("pursuit").to_dict()))
+    r = run_cli("train", "--config", str(recorded), *args, "--out", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.strip() == r.stderr.strip().splitlines()[0], r.stderr
+    assert r.stderr.startswith(line), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]  # nothing written
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (None, "error: --config {path}: expected a config.json file (or its JSON text), got no such file"),
+    ("{not json", "error: --config {path}: expected JSON, got an error at line 1"),
+    ("[1, 2]", "error: --config {path}: expected a JSON object (a run's config.json), got list"),
+    ('{"dqn": {"lr": -1}}', "error: --config {path}: "),
+])
+def test_config_file_that_is_not_a_config_is_one_line(tmp_path: Path, content: str | None, expected: str) -> None:
+    path = tmp_path / "config.json"
+    if content is not None:
+        path.write_text(content)
+    r = run_cli("train", "--config", str(path), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(expected.format(path=path)), r.stderr
+    assert not (tmp_path / "runs").exists()

@@ -19,6 +19,7 @@ import pytest
 
 from suPER import campaigns
 from suPER import config as C
+from suPER.flags import named_settings
 from suPER.forked import ForkedCall, ForkedCallError
 from suPER.loop import RunLoop
 from suPER.runs import RunFailure, RunFolder
@@ -206,7 +207,7 @@ def test_the_flag_and_the_papers_spelling_set_eval_parallel(tmp_path: Path, spel
     argv, notes = cli.translate_paper_args(["--env", "pursuit", *spelling])
     assert "--eval-parallel" in argv and not notes
     flags = {"eval_parallel": True}
-    named, _ = C.named_settings("pursuit", flags, lambda name: name)
+    named, _ = named_settings("pursuit", flags, lambda name: name)
     assert named["run.eval_parallel"] is True
     assert "eval_parallel" in C.VOLATILE_RUN_KEYS
 

@@ -151,7 +151,8 @@ def _one_line(args: Sequence[str], where: str) -> None:
 def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", cpus: float = 1.0,
               gpus: float = 0.0, filters: Sequence[str] = (), seeds: str | None = None,
               wandb: bool | None = None, wandb_project: str = "super-marl") -> list[Job]:
-    """The jobs that submit ``runs_``: one ``super-marl train`` per run, or one ``super-marl grid run``.
+    """The jobs that submit ``runs_``: one ``super-marl train --config RESOLVED`` per run (the config ``grid run``
+    trains, as JSON text), or one ``super-marl grid run``.
 
     Args:
         grid: the grid (its file must lie inside the repository, which is shipped as working_dir).
@@ -167,6 +168,7 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
             installs on the nodes) is a non-empty file here.
         wandb_project: W&B project (the group is the grid name).
     """
+    import json
     import shlex
     import time
 
@@ -182,8 +184,9 @@ def plan_jobs(grid: Grid, runs_: Sequence[GridRun], out: str, per: str = "run", 
     if per == "run":
         threads, device = run_resources(cpus, gpus)
         jobs = []
-        for r in todo:
-            args = ["python", "-m", "suPER.cli", "train", *r.cli_args(), "--no-progress", "--skip-finished",
+        for r in todo:  # the run's resolved config itself, as grid run trains it: one config, two places to run
+            resolved = json.dumps(r.config(out).to_dict(), separators=(",", ":"))
+            args = ["python", "-m", "suPER.cli", "train", "--config", resolved, "--no-progress", "--skip-finished",
                     "--threads", str(threads), "--device", device, *wb]
             _one_line(args, f"{r.where}: entry {r.entry!r}")
             jobs.append(Job(f"{grid.name}-{r.run_name}-{stamp}", f"{shlex.join(args)} --out {_out_arg(out)}",

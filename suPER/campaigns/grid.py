@@ -1,7 +1,7 @@
 """Campaigns: grid files expanded into runs, executed locally (Ray Tune) or on a Ray cluster (jobs).
 
 A grid file (``experiments/paper_grid.yaml``, ``bandwidth_sweep.yaml``, ``smoke.yaml``) lists entries
-written in the flag vocabulary of ``super-marl train`` (``config.FLAG_KEYS`` plus ``env``, ``algo``,
+written in the flag vocabulary of ``super-marl train`` (``suPER.flags.FLAG_KEYS`` plus ``env``, ``algo``,
 ``legacy``, ``protocol`` (ours | paper), ``quick`` and dotted ``set`` overrides), so every expanded run is one CLI
 invocation::
 
@@ -40,17 +40,19 @@ from typing import Any
 import yaml
 
 from suPER import config as C
+from suPER.flags import FLAG_KEYS, GRID_SWITCHES, SUPER_ONLY_FLAGS, flag, named_settings, value_type
 
 GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "only", "order", "runs")
 """Top-level keys of a grid file."""
 
-SPECIAL_KEYS = ("env", "algo", "legacy", "protocol", "quick", "set")
-"""Entry keys besides ``config.FLAG_KEYS`` that are also ``super-marl train`` options."""
+SPECIAL_KEYS = GRID_SWITCHES
+"""Entry keys besides ``FLAG_KEYS`` that are ``super-marl train`` options of their own (``env``, ``algo``, ``legacy``,
+``protocol``, ``quick``, ``set``)."""
 
 ENTRY_ONLY_KEYS = ("name", "pending", "note", "sweep", "seeds")
 """Entry keys that describe the entry itself rather than a flag."""
 
-FLAG_NAMES = (*C.FLAG_KEYS, *SPECIAL_KEYS)
+FLAG_NAMES = (*FLAG_KEYS, *SPECIAL_KEYS)
 """Everything a ``defaults`` / ``env_defaults`` block may hold."""
 
 GRID_DECIDED = {
@@ -60,11 +62,6 @@ GRID_DECIDED = {
 }
 """Settings a grid decides for each run: refused in ``set`` blocks (a run.out there wrote outside the campaign
 folder; a run.seed turned every seed of an entry into one folder)."""
-
-BOOL_FLAGS = {"super": "super", "parameter_sharing": "parameter-sharing", "wandb": "wandb",
-              "legacy": "legacy", "quick": "quick"}
-"""Boolean flags -> their ``--X/--no-X`` option stem."""
-
 
 class GridError(C.ConfigError):
     """A grid file is malformed: the message starts with ``FILE:LINE`` and names the entry."""
@@ -189,7 +186,7 @@ class GridRun:
         env: environment registry key.
         algo: algorithm registry key.
         seed: run seed.
-        flags: named flags (``config.FLAG_KEYS`` names plus ``legacy`` / ``quick``) with their values.
+        flags: named flags (``FLAG_KEYS`` names plus ``legacy`` / ``quick``) with their values.
         overrides: dotted ``set`` overrides.
         pending: why the entry cannot run yet (None when it can).
         where: ``FILE:LINE`` of the entry.
@@ -219,7 +216,7 @@ class GridRun:
         """
         if self.pending:
             raise GridError(f"{self.where}: entry {self.entry!r} is pending ({self.pending})")
-        named, labels = C.named_settings(self.env, self.flags)  # errors name the grid's own keys
+        named, labels = named_settings(self.env, self.flags)  # errors name the grid's own keys
         named["run.seed"] = self.seed
         if out is not None:
             named["run.out"] = str(out)
@@ -238,9 +235,10 @@ class GridRun:
         """The ``super-marl train`` arguments of this run (without ``--out``)."""
         args = ["--env", self.env, "--algo", self.algo, "--seed", str(self.seed)]
         for key, value in self.flags.items():
-            if key in BOOL_FLAGS:
-                stem = BOOL_FLAGS[key]
-                args.append(f"--{stem}" if value else f"--no-{stem}")
+            f = flag(key)
+            if value_type(f) is bool:  # a switch: --x, --no-x where it has one, nothing for a plain flag left off
+                if value or f.negatable:
+                    args.append(f.flag if value else f"--no-{f.flag[2:]}")
             else:
                 args += [f"--{key.replace('_', '-')}", _scalar_text(value)]
         for key, value in self.overrides.items():
@@ -373,8 +371,8 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
                 if _is_bool_setting(str(dotted)) and not isinstance(v, bool):
                     raise GridError(f"{sub}: {what}: set: {dotted}: expected true or false (unquoted), got {v!r}")
                 _type_check({str(dotted): v}, f"{sub}: {what}: set", flag=False)
-        elif key in C.FLAG_KEYS:
-            _type_check({C.FLAG_KEYS[key]: value}, f"{at}: {what}: {key}")
+        elif key in FLAG_KEYS:
+            _type_check({FLAG_KEYS[key]: value}, f"{at}: {what}: {key}")
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in block.items()}
 
 
@@ -390,7 +388,7 @@ def _is_bool_setting(dotted: str) -> bool:
     return obj is not None and "." not in key and isinstance(getattr(obj, key, None), bool)
 
 
-_BOOL_FLAG_NAMES = frozenset(name for name, dotted in C.FLAG_KEYS.items() if _is_bool_setting(dotted))
+_BOOL_FLAG_NAMES = frozenset(name for name, dotted in FLAG_KEYS.items() if _is_bool_setting(dotted))
 """``FLAG_KEYS`` names whose setting is a boolean."""
 
 
@@ -568,12 +566,12 @@ def _check_entry(entry: Any, where: str, index: int) -> dict[str, Any]:
         if not isinstance(sweep, dict) or not sweep:
             raise GridError(f"{where}: {what}: sweep: expected a mapping flag -> list of values")
         for key, values in sweep.items():
-            if key not in C.FLAG_KEYS:
-                raise GridError(f"{where}: {what}: sweep: {_unknown(key, C.FLAG_KEYS, 'flag')}")
+            if key not in FLAG_KEYS:
+                raise GridError(f"{where}: {what}: sweep: {_unknown(key, FLAG_KEYS, 'flag')}")
             if not isinstance(values, list) or not values:
                 raise GridError(f"{where}: {what}: sweep: {key}: expected a non-empty list, got {values!r}")
             for v in values:
-                _type_check({C.FLAG_KEYS[key]: v}, f"{where}: {what}: sweep: {key}")
+                _type_check({FLAG_KEYS[key]: v}, f"{where}: {what}: sweep: {key}")
         out["sweep"] = {k: list(v) for k, v in sweep.items()}
     return out
 
@@ -600,7 +598,7 @@ def _expand_entry(entry: dict[str, Any], where: str, defaults: dict[str, Any],
     for point in points:
         point_flags = dict(flags, **point)
         name = entry["name"]
-        relay_only = [k for k in C.SUPER_ONLY_FLAGS if point_flags.get(k) is not None]
+        relay_only = [k for k in SUPER_ONLY_FLAGS if point_flags.get(k) is not None]
         if relay_only and "super" not in point_flags and not entry.get("pending"):
             raise GridError(f"{where}: entry {name!r}: {relay_only[0]}: is a SUPER setting, but super is not set: add "
                             f"super: true to relay (super: false keeps it off on purpose)")

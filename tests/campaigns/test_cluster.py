@@ -75,7 +75,7 @@ def test_jobs_per_run_and_per_grid() -> None:
     jobs = campaigns.plan_jobs(grid, runs, "~/out dir", per="run", cpus=2, wandb=True)
     assert [j.runs for j in jobs] == [["pursuit__ddqn__s1"], ["pursuit__qmix__s1"]] and jobs[0].num_cpus == 2
     entry = jobs[0].entrypoint
-    assert entry.startswith("python -m suPER.cli train --env pursuit --algo ddqn --seed 1 ")
+    assert entry.startswith("python -m suPER.cli train --config '{")  # the resolved config itself
     assert "--skip-finished" in entry and "--wandb --wandb-mode online" in entry
     assert "--threads 2 --device cpu" in entry  # no GPU reserved: none used (campaigns.resources, as grid run)
     gpu_jobs = campaigns.plan_jobs(grid, runs, "out", per="run", cpus=2.7, gpus=0.5, wandb=False)
@@ -85,6 +85,29 @@ def test_jobs_per_run_and_per_grid() -> None:
                                  wandb=False)
     assert job.entrypoint == ("python -m suPER.cli grid run experiments/smoke.yaml --cpus-per-trial 1.0 "
                               "--gpus-per-trial 0.0 --filter env=pursuit --seeds 2 --out /shared/runs")
+
+
+def test_a_cluster_job_trains_the_config_grid_run_trains(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One resolved config, two places to run it: every per-run job's command line, parsed by the real CLI, builds
+    exactly the config ``grid run`` trains (volatile keys aside: where and how it runs)."""
+    import shlex
+
+    from suPER import cli
+    from suPER.cli import train as cli_train
+
+    seen: list[C.ExperimentConfig] = []
+    monkeypatch.setattr(cli_train, "_train_one", lambda cfg, *a, **k: seen.append(cfg))
+    for file in (SMOKE, ROOT / "experiments" / "fig1_paper.yaml"):
+        grid = campaigns.load_grid(file, seeds=1)
+        runs = [r for r in grid.runs if not r.pending]
+        runs = runs if file == SMOKE else runs[::4]  # the paper protocol's settings on every env, not every entry
+        for r, job in zip(runs, campaigns.plan_jobs(grid, runs, str(tmp_path), per="run", wandb=False)):
+            argv = shlex.split(job.entrypoint)
+            assert argv[:4] == ["python", "-m", "suPER.cli", "train"]
+            seen.clear()
+            assert cli.main(argv[3:]) == 0 and len(seen) == 1, job.entrypoint[:200]
+            assert C.without_volatile(seen[0].to_dict()) == C.without_volatile(r.config(tmp_path).to_dict())
+            assert seen[0].run_name == r.run_name and seen[0].run.out == str(tmp_path)
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

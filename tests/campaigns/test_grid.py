@@ -85,9 +85,10 @@ def test_every_run_is_the_same_config_as_its_train_command_line(monkeypatch: pyt
                                                                  tmp_path: Path) -> None:
     """A grid entry = a CLI invocation: `super-marl train <cli_args>` resolves to the identical config."""
     from suPER import cli
+    from suPER.cli import train as cli_train
 
     seen: list[C.ExperimentConfig] = []
-    monkeypatch.setattr(cli, "_train_one", lambda cfg, *a, **k: seen.append(cfg))
+    monkeypatch.setattr(cli_train, "_train_one", lambda cfg, *a, **k: seen.append(cfg))
     for file in ("smoke.yaml", "bandwidth_sweep.yaml"):
         for run in G.load_grid(EXP / file, seeds=1).runs:
             if run.pending:

@@ -1,0 +1,123 @@
+"""What every command of ``super-marl`` shares: the input error, flag parsing helpers, the env checks and tables."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from suPER import config as C
+
+
+class UserError(C.ConfigError):
+    """Bad input found by the command line itself: printed as one line, exit code 2 (every ``ConfigError`` is)."""
+
+
+def click_context() -> Any:
+    """The running click context (typer >= 0.29 vendors click as ``typer._click``), or None."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer
+        from click.globals import get_current_context  # type: ignore[no-redef]
+    return get_current_context(silent=True)
+
+
+def set_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``["dqn.lr=3e-4"]`` -> ``{"dqn.lr": 0.0003}`` (values parsed as a user writes them)."""
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, eq, val = p.partition("=")
+        if not eq or not key:
+            raise UserError(f"--set: expected section.key=value, got {p!r}")
+        out[key.strip()] = C.parse_value(val)
+    return out
+
+
+def number(flag: str, value: float, minimum: float, inclusive: bool = True) -> float:
+    """A finite number at least (or above) ``minimum``: nan and inf are refused by name, before anything starts.
+
+    Raises:
+        UserError: ``"<flag>: expected a finite number >= <minimum>, got <value>"``.
+    """
+    import math
+
+    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
+    if not ok:
+        raise UserError(f"{flag}: expected a finite number {'>=' if inclusive else '>'} {minimum:g}, got {value}")
+    return value
+
+
+def typed_flags() -> dict[str, str]:
+    """What ``main`` recorded of the paper spellings the user typed (``--bandwidth -> --suPER_bandwidth``)."""
+    ctx = click_context()
+    obj = ctx.find_root().obj if ctx is not None else None
+    return dict(obj.get("typed", {})) if isinstance(obj, dict) else {}
+
+
+def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None) -> None:
+    """The checks that need the env library, run before any folder is written: ``env.kwargs`` against the
+    env's constructor (``suPER.envs.check``) and ``--team`` against the learner ids it builds.
+
+    Why the team: a team that matches no learner, or one, makes a ``..._super_*`` run that never relays.
+
+    Raises:
+        ConfigError: naming the flag as typed (``labels``) and, for the team, every learner id available.
+    """
+    from suPER.core.relay import team_mask
+    from suPER.envs.check import describe_ids, probe_env
+
+    labels = labels or {}
+    spec = probe_env(cfg.env, labels)
+    if not spec.opponent_ids and not cfg.env.swap_teams:
+        for key in ("env.opponent", "env.opponent_epsilon", "env.eval_opponent_epsilon", "env.opponent_allow_pickle"):
+            typed = labels.get(key, "")
+            if typed.startswith("-") and "(" not in typed:  # a flag the user typed, not one a protocol set
+                from suPER.envs import opponent_env_names
+
+                raise C.ConfigError(f"{typed}: expected no opponent setting for {cfg.env.name}, which has no "
+                                    f"opponent team (envs with one: {', '.join(opponent_env_names())})")
+    r = cfg.relay
+    if r.enabled and r.team and not cfg.dqn.parameter_sharing:
+        n = int(team_mask(spec.learner_ids, r.team).sum())
+        if n < 2:
+            raise C.ConfigError(f"{labels.get('relay.team', 'relay.team')}: expected an id substring or comma list "
+                                f"matching at least two learners of {cfg.env.name} "
+                                f"({describe_ids(spec.learner_ids)}), got {r.team!r} (matches {n})")
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]], notes: tuple[str, ...] | list[str] = ()) -> None:
+    """Print a table whose cells a user may copy (env names, agent ids, run folders): never truncated.
+
+    Why: rich's default tables cut long cells to ``adversarial…`` on an 80-column terminal and when
+    stdout is a pipe (where it assumes 80 columns). On a terminal every column folds instead; anywhere
+    else the rows are plain tab-separated lines (easy to grep and cut).
+    """
+    if not sys.stdout.isatty():
+        print(title)
+        for line in ([columns] + rows):
+            print("\t".join(line))
+        for n in notes:
+            print(n)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    for n in notes:
+        console.print(n, soft_wrap=True)
+
+
+
+FilterOpt = Annotated[list[str] | None, typer.Option(
+    "--filter", help="select runs: KEY=GLOB with KEY env|algo|name|run|seed|tag|status, or a bare GLOB on the "
+    "entry name / run folder; repeat to AND, comma-separate globs to OR")]
+SeedsOpt = Annotated[str | None, typer.Option(help="seeds for every entry: a count (5 -> 1..5) or a list 1,2,3")]
+
+
