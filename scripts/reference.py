@@ -21,6 +21,7 @@ from typing import Any
 from suPER.config import ENV_NAMES, RANGES, ExperimentConfig, flatten, load_env_defaults
 from suPER.core.selection import SELECTION_RULES
 from suPER.docstrings import field_docs
+from suPER.flags import FLAGS, PANELS, PAPER_ONLY, help_text
 from suPER.metrics import METRICS, PHASE_TIMES
 from suPER.population.solvers import META_SOLVERS
 
@@ -85,6 +86,28 @@ def config_sections() -> str:
     return "\n".join(out)
 
 
+def train_options() -> str:
+    """``super-marl train``'s options, from the option table (``suPER.flags.FLAGS``), panel by panel."""
+    from suPER.cli.paper import PAPER_IGNORED, PAPER_SPECIAL
+
+    out = ["## `super-marl train` options", "",
+           "From the option table (`suPER.flags.FLAGS`), in the panels of `super-marl train --help`. An option that "
+           "sets a config key defaults to the key's default (the config keys below); a grid file uses the same word "
+           "as its key (`bandwidth: 0.1`) where the grid column says so.", "",
+           "| option | sets | grid key | the original's spelling | help |", "|---|---|---|---|---|"]
+    for panel in PANELS[:-1]:
+        out.append(f"| **{panel}** | | | | |")
+        for f in FLAGS:
+            if f.panel == panel:
+                out.append(f"| `{f.option}` | {f'`{f.key}`' if f.key else ''} | {'yes' if f.grid else ''} | "
+                           f"{f'`{f.paper}`' if f.paper else ''} | {cell(help_text(f, where=False))} |")
+    out += ["", "The original main.py's other spellings: " + ", ".join(
+        f"`{f.paper}` (`--set {f.key}=VALUE`)" for f in PAPER_ONLY) + "; " + ", ".join(
+        f"`{p}` ({cell(m)})" for p, m in PAPER_SPECIAL.items()) + ". Accepted with no effect here: " +
+        ", ".join(f"`{p}`" for p in PAPER_IGNORED) + ".", ""]
+    return "\n".join(out)
+
+
 def selection_rules() -> str:
     out = ["## Selection rules (`relay.mode`) and their parameters", "",
            "| rule | meaning | parameter | default | range | parameter meaning |", "|---|---|---|---|---|---|"]
@@ -119,7 +142,8 @@ def metrics() -> str:
 
 
 def reference() -> str:
-    return "\n".join([HEADER, config_sections(), selection_rules(), meta_solvers(), metrics()]).rstrip() + "\n"
+    return "\n".join([HEADER, train_options(), config_sections(), selection_rules(), meta_solvers(),
+                      metrics()]).rstrip() + "\n"
 
 
 def main(argv: list[str]) -> int:

@@ -242,9 +242,9 @@ def default_text(f: Flag) -> str | None:
     return repr(value) if value == "" else str(value)
 
 
-def help_text(f: Flag) -> str:
-    """The option's ``--help`` line: the field docstring's first sentence (keys), the choices, the extra help and the
-    paper spelling."""
+def help_text(f: Flag, where: bool = True) -> str:
+    """The option's ``--help`` line: the field docstring's first sentence (keys), the choices, the extra help and,
+    with ``where``, the paper spelling and the key it sets."""
     if f.name == "env":
         parts = [f"{f.help}: {_env_help()}"]
     elif f.name == "algo":
@@ -262,9 +262,9 @@ def help_text(f: Flag) -> str:
             parts.append(" | ".join(choices(f.key)))
         if f.help:
             parts.append(f.help)
-    if f.paper:
+    if f.paper and where:
         parts.append(f"paper: {f.paper}")
-    if f.key:
+    if f.key and where:
         parts.append(f"sets {f.key}")
     return "; ".join(p for p in parts if p)
 
