@@ -25,7 +25,7 @@ import typer
 
 from suPER import config as C
 from suPER.cli import envs, figures, grid, opponents, reproduce, train
-from suPER.cli.common import UserError
+from suPER.cli.common import UserError, guard_numbers
 from suPER.cli.paper import translate_paper_args
 from suPER.population.cli import population_app
 
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, notes = translate_paper_args(argv, typed)
         for n in notes:
             print(n, file=sys.stderr)
-        code = app(args=argv, prog_name="super-marl", standalone_mode=False, obj={"typed": typed})
+        command = guard_numbers(typer.main.get_command(app))
+        code = command.main(args=argv, prog_name="super-marl", standalone_mode=False, obj={"typed": typed})
     except typer.Exit as exc:
         code = exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
