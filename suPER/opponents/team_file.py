@@ -156,6 +156,33 @@ def _expect(meta: TeamMeta, env: MultiAgentEnv | None, side: str, path: Path) ->
             f"{len(meta.agent_ids)} agents with obs {tuple(meta.obs_shape)} and {meta.n_actions} actions")
 
 
+def inspect_team(path: Path | str, env: MultiAgentEnv | None = None, side: str = "opponent") -> TeamMeta:
+    """Check a ``.safetensors`` team file without reading its weights: the header, the metadata, the env and side
+    it was made for, and every tensor's shape (what ``load_team`` checks, except finiteness).
+
+    Raises:
+        OpponentFileError: missing, unreadable, truncated or mismatching file (one line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise OpponentFileError(f"{path}: no such weights file")
+    if path.suffix != ".safetensors":
+        raise OpponentFileError(f"{path}: expected a .safetensors team file")
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = TeamMeta.from_strings(dict(f.metadata() or {}), path)
+            found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except SafetensorError as exc:
+        raise OpponentFileError(f"{path}: not a readable safetensors file, truncated or corrupt ({exc})") from exc
+    _expect(meta, env, side, path)
+    net = meta.empty_net()
+    _check_shapes(path, {f"{agent}.{name}": tuple(t.shape) for p, agent in enumerate(meta.agent_ids)
+                         for name, t in net.policy_state_dict(p).items()}, found)
+    return meta
+
+
 def load_team(path: Path | str, env: MultiAgentEnv | None = None, side: str = "opponent",
               allow_pickle: bool = False) -> tuple[BatchedQNet, TeamMeta]:
     """Read a team file into a float32 ``BatchedQNet`` (read-only: the file is never written).
@@ -182,15 +209,11 @@ def load_team(path: Path | str, env: MultiAgentEnv | None = None, side: str = "o
         return load_original_pickle(path, env, side)
     from safetensors import SafetensorError, safe_open
 
+    meta = inspect_team(path, env, side)
+    net = meta.empty_net()
+    expected = [f"{agent}.{name}" for p, agent in enumerate(meta.agent_ids) for name in net.policy_state_dict(p)]
     try:
         with safe_open(str(path), framework="pt") as f:
-            meta = TeamMeta.from_strings(dict(f.metadata() or {}), path)
-            found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-            _expect(meta, env, side, path)
-            net = meta.empty_net()
-            expected = {f"{agent}.{name}": tuple(t.shape) for p, agent in enumerate(meta.agent_ids)
-                        for name, t in net.policy_state_dict(p).items()}
-            _check_shapes(path, expected, found)
             tensors = {k: f.get_tensor(k) for k in expected}
     except SafetensorError as exc:
         raise OpponentFileError(f"{path}: not a readable safetensors file, truncated or corrupt ({exc})") from exc
