@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args, get_origin, get_type_hints
@@ -485,12 +486,10 @@ class _Experiment:
         check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
         check(bool(self.env.opponent), "env.opponent", "pretrained, random, learning or a PATH", self.env.opponent)
         for section in (f.name for f in fields(self)):
-            for f in fields(getattr(self, section)):
-                key = f"{section}.{f.name}"
-                value = getattr(getattr(self, section), f.name)
-                if key in RANGES:
-                    expected, ok = _in_range(RANGES[key], value)
-                    check(ok, key, expected, value)
+            ranges = {f.name: RANGES[f"{section}.{f.name}"] for f in fields(getattr(self, section))
+                      if f"{section}.{f.name}" in RANGES}
+            check_ranges(getattr(self, section), ranges, lambda name, s=section: labels.get(f"{s}.{name}",
+                                                                                          f"{s}.{name}"))
         r = self.relay
         for key in ("relay.mode", "relay.insertion_priority"):
             check_relay_setting(key, getattr(r, key.split(".")[1]), labels.get(key))
@@ -716,6 +715,24 @@ def _in_range(spec: str, v: Any) -> tuple[str, bool]:
         return expected, False
     ok = {POS: v > 0, NONNEG: v >= 0, UNIT: 0 <= v <= 1, UNIT_OPEN: 0 < v <= 1, INT1: v >= 1, INT0: v >= 0}[spec]
     return expected, ok
+
+
+def check_ranges(obj: Any, ranges: dict[str, str], label: Callable[[str], str] = lambda name: name) -> None:
+    """The one range check of a config object: each field named in ``ranges`` (the ``RANGES`` vocabulary) against
+    its range; ``ExperimentConfig.validate`` runs it on every section, ``PopulationConfig.validate`` on itself.
+
+    Args:
+        obj: a dataclass instance.
+        ranges: field -> range (``INT1``, ``UNIT``, ...).
+        label: field -> how the message names it (``dqn.lr``, ``--iterations``).
+
+    Raises:
+        ConfigError: ``"<label>: expected <range>, got <value>"`` for the first field out of range.
+    """
+    for name, spec in ranges.items():
+        value = getattr(obj, name)
+        expected, ok = _in_range(spec, value)
+        _check(ok, label(name), expected, value)
 
 
 NAME_LIMIT = 255

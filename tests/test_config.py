@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from suPER import config as C
+from suPER.flags import named_settings
 
 
 @pytest.mark.parametrize("env", C.ENV_NAMES)
@@ -166,9 +167,10 @@ def test_named_flags_reach_the_baselines_own_settings() -> None:
                                               "dqn.parameter_sharing": False}).maddpg
     assert (m.actor_lr, m.critic_lr, m.buffer_size) == (1e-3, 1e-3, 5000)
     assert C.resolve("pursuit", "qmix", named={"dqn.lr": 2e-4}).qmix.lr == 2e-4
-    with pytest.raises(C.ConfigError, match="^--buffer-size: not used by --algo qmix"):
-        C.resolve("pursuit", "qmix", named={"dqn.buffer_size": 5000})
-    with pytest.raises(C.ConfigError, match="^--parameter-sharing: not used by --algo seac"):
+    with pytest.raises(C.ConfigError, match="^--buffer-size: not used by --algo qmix"):  # as the flag names it
+        C.resolve("pursuit", "qmix", **dict(zip(("named", "labels"), named_settings("pursuit", {"buffer_size": 5000},
+                                                                                  lambda n: "--" + n.replace("_", "-")))))
+    with pytest.raises(C.ConfigError, match="^dqn.parameter_sharing: not used by --algo seac"):  # no label: the key
         C.resolve("pursuit", "seac", named={"dqn.parameter_sharing": True})
     with pytest.raises(C.ConfigError, match="^relay.enabled: expected only with --algo dqn or ddqn"):
         C.resolve("pursuit", "seac", named={"relay.enabled": True, "relay.mode": "quantile"})
@@ -202,3 +204,21 @@ def test_numbers_parse_as_users_write_them(tmp_path: Path) -> None:
     grid.write_text("name: g\nseeds: 1\nruns:\n  - {name: a, env: pursuit, algo: ddqn, lr: 3e-4, set: {dqn.gamma: 9.5e-1}}\n")
     (run,) = load_grid(grid).runs
     assert run.config().dqn.lr == pytest.approx(3e-4) and run.config().dqn.gamma == pytest.approx(0.95)
+
+
+def test_the_population_config_goes_through_the_same_range_check() -> None:
+    """PopulationConfig declares a range for every numeric field, and ``config.check_ranges`` (the check of every
+    experiment section) refuses just outside it, naming the population command's flag."""
+    from dataclasses import replace
+
+    from suPER.population.loop import PopulationConfig
+
+    numeric = {f.name for f in fields(PopulationConfig) if f.type in ("int", "float", int, float)}
+    assert numeric and set(PopulationConfig.ranges) == numeric
+    base = PopulationConfig(env="battle", iterations=1, br_steps=10, eval_episodes=1)
+    for name, spec in PopulationConfig.ranges.items():
+        bad, edge = OUTSIDE[spec]
+        with pytest.raises(C.ConfigError, match=f"^--{name.replace('_', '-')}: expected"):
+            C.check_ranges(replace(base, **{name: bad}), PopulationConfig.ranges,
+                           lambda n: "--" + n.replace("_", "-"))
+        C.check_ranges(replace(base, **{name: edge}), PopulationConfig.ranges)

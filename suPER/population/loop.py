@@ -36,7 +36,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -71,6 +71,11 @@ MATCH_SEED_OFFSET = 20_000
 @dataclass
 class PopulationConfig:
     """What a population run does (stored as ``population.json``; a resume must match it)."""
+
+    ranges: ClassVar[dict[str, str]] = {"iterations": C.INT1, "br_steps": C.INT1, "eval_episodes": C.INT1,
+                                        "seed": C.INT0, "threads": C.INT1, "match_workers": C.INT0,
+                                        "br_workers": C.INT0}
+    """field -> allowed range (``config.RANGES`` vocabulary), checked by ``config.check_ranges`` as every config is"""
 
     env: str
     """battle | adversarial_pursuit"""
@@ -120,13 +125,7 @@ class PopulationConfig:
             raise C.ConfigError(f"method: expected one of {', '.join(METHODS)}, got {self.method!r}")
         if self.solver not in META_SOLVERS:
             raise C.ConfigError(f"--meta-solver: expected one of {', '.join(META_SOLVERS)}, got {self.meta_solver!r}")
-        for flag, value in (("--iterations", self.iterations), ("--br-steps", self.br_steps),
-                            ("--eval-episodes", self.eval_episodes), ("--threads", self.threads)):
-            if value < 1:
-                raise C.ConfigError(f"{flag}: expected an integer >= 1, got {value}")
-        for flag, value in (("--match-workers", self.match_workers), ("--br-workers", self.br_workers)):
-            if value < 0:
-                raise C.ConfigError(f"{flag}: expected an integer >= 0, got {value}")
+        C.check_ranges(self, self.ranges, lambda name: "--" + name.replace("_", "-"))
         if self.warm_start not in WARM_STARTS:
             raise C.ConfigError(f"--warm-start: expected one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}")
         if not self.sides or any(s not in SIDES for s in self.sides):
