@@ -488,8 +488,7 @@ class _Experiment:
         for section in (f.name for f in fields(self)):
             ranges = {f.name: RANGES[f"{section}.{f.name}"] for f in fields(getattr(self, section))
                       if f"{section}.{f.name}" in RANGES}
-            check_ranges(getattr(self, section), ranges, lambda name, s=section: labels.get(f"{s}.{name}",
-                                                                                          f"{s}.{name}"))
+            check_ranges(getattr(self, section), ranges, _section_label(section, labels))
         r = self.relay
         for key in ("relay.mode", "relay.insertion_priority"):
             check_relay_setting(key, getattr(r, key.split(".")[1]), labels.get(key))
@@ -715,6 +714,11 @@ def _in_range(spec: str, v: Any) -> tuple[str, bool]:
         return expected, False
     ok = {POS: v > 0, NONNEG: v >= 0, UNIT: 0 <= v <= 1, UNIT_OPEN: 0 < v <= 1, INT1: v >= 1, INT0: v >= 0}[spec]
     return expected, ok
+
+
+def _section_label(section: str, labels: dict[str, str]) -> Callable[[str], str]:
+    """field -> how a message names ``section.field`` (the flag as typed, else the dotted key)."""
+    return lambda name: labels.get(f"{section}.{name}", f"{section}.{name}")
 
 
 def check_ranges(obj: Any, ranges: dict[str, str], label: Callable[[str], str] = lambda name: name) -> None:

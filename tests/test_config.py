@@ -211,7 +211,7 @@ def test_the_population_config_goes_through_the_same_range_check() -> None:
     experiment section) refuses just outside it, naming the population command's flag."""
     from dataclasses import replace
 
-    from suPER.population.loop import PopulationConfig
+    from suPER.population.config import PopulationConfig
 
     numeric = {f.name for f in fields(PopulationConfig) if f.type in ("int", "float", int, float)}
     assert numeric and set(PopulationConfig.ranges) == numeric

@@ -1,6 +1,6 @@
 """``super-marl population psro|fsp|selfplay``: the population loop from the command line.
 
-The three commands differ only in the default meta-solver (``loop.METHODS``). Bad input raises
+The three commands differ only in the default meta-solver (``config.METHODS``). Bad input raises
 ``ConfigError`` naming the flag (``suPER.cli.main`` prints one line and exits 2). Heavy modules are
 imported inside the commands.
 """
@@ -15,7 +15,19 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
+from suPER.docstrings import field_docs
+from suPER.population.config import PopulationConfig
 from suPER.population.solvers import solver_names
+
+_D = PopulationConfig(env="")
+"""the defaults of every option that is a ``PopulationConfig`` field (written once, there)"""
+_DOC = field_docs(PopulationConfig)
+
+
+def _help(name: str, extra: str = "") -> str:
+    """An option's help: its field's docstring (first sentence), then ``extra``."""
+    text = _DOC[name].split(". ")[0].replace("``", "")
+    return f"{text} ({extra})" if extra else text
 
 population_app = typer.Typer(no_args_is_help=True, help="Population training of battle / adversarial_pursuit "
                              "teams (PSRO, fictitious self-play, self-play) with SUPER-DDQN best responses.")
@@ -37,7 +49,8 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
          meta_solver: str, warm_start: str, relay: bool, out: Path | None, install: bool, install_dir: Path | None,
          overwrite: bool, figures: bool, threads: int, match_workers: int, br_workers: int, vs_shipped: bool,
          set_: list[str] | None, address: str | None, wait: bool, on_cluster: bool) -> None:
-    from suPER.population.loop import Population, PopulationConfig, run_folder
+    from suPER.population.config import run_folder
+    from suPER.population.loop import Population
 
     if sides not in SIDE_CHOICES:
         raise C.ConfigError(f"--sides: expected one of {', '.join(SIDE_CHOICES)}, got {sides!r}")
@@ -87,7 +100,7 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
 def _submit(method: str, cfg: Any, address: str, wait: bool, settings: dict[str, Any]) -> None:
     """``--address``: submit the run as one Ray job (``suPER.population.submit``); ``--wait``: until it ends."""
     from suPER import campaigns
-    from suPER.population.loop import run_folder
+    from suPER.population.config import run_folder
     from suPER.population.submit import CLUSTER_OUT, cluster_path, plan_job
 
     out = cluster_path("--out", settings["out"]) if settings["out"] is not None else CLUSTER_OUT
@@ -114,18 +127,16 @@ def _register(method: str, summary: str) -> None:
 
     def command(
         env: Annotated[str, typer.Option(help="battle | adversarial_pursuit")],
-        iterations: Annotated[int, typer.Option(help="best-response iterations")] = 4,
-        br_steps: Annotated[int, typer.Option("--br-steps", help="env steps per best response")] = 20_000,
-        eval_episodes: Annotated[int, typer.Option("--eval-episodes", help="episodes per payoff entry")] = 20,
-        seed: Annotated[int, typer.Option(help="run seed")] = 1,
+        iterations: Annotated[int, typer.Option(help=_help("iterations"))] = _D.iterations,
+        br_steps: Annotated[int, typer.Option("--br-steps", help=_help("br_steps"))] = _D.br_steps,
+        eval_episodes: Annotated[int, typer.Option("--eval-episodes", help=_help("eval_episodes"))] = _D.eval_episodes,
+        seed: Annotated[int, typer.Option(help=_help("seed"))] = _D.seed,
         sides: Annotated[str, typer.Option(help="which sides train: both | team (blue / prey) | opponent "
                                                 "(red / predators)")] = "both",
         meta_solver: Annotated[str, typer.Option("--meta-solver", help=f"{solver_names()} (default: the "
-                                                 f"method's)")] = "",
-        warm_start: Annotated[str, typer.Option("--warm-start", help="scratch | best (start each best response "
-                                                "from its side's highest-weight policy)")] = "scratch",
-        relay: Annotated[bool, typer.Option("--relay/--no-relay", help="SUPER relay within each best "
-                                            "response's team")] = True,
+                                                 f"method's)")] = _D.meta_solver,
+        warm_start: Annotated[str, typer.Option("--warm-start", help=_help("warm_start"))] = _D.warm_start,
+        relay: Annotated[bool, typer.Option("--relay/--no-relay", help=_help("relay"))] = _D.relay,
         out: Annotated[Path | None, typer.Option(help="parent folder of the run folder (default runs/population; "
                                                   "with --address ~/super-marl-runs/population on the cluster)")] = None,
         install: Annotated[bool, typer.Option("--install", help="write the final meta-Nash mixture of the "
@@ -135,16 +146,10 @@ def _register(method: str, summary: str) -> None:
         overwrite: Annotated[bool, typer.Option(help="start over in an existing run folder")] = False,
         figures: Annotated[bool, typer.Option("--figures/--no-figures", help="draw payoff, meta-strategy and "
                                               "exploitability figures")] = True,
-        threads: Annotated[int, typer.Option(help="torch threads")] = 1,
-        match_workers: Annotated[int, typer.Option("--match-workers", help="play payoff entries as parallel Ray "
-                                                   "tasks on this many CPUs (0: one after the other here)")] = 0,
-        br_workers: Annotated[int, typer.Option("--br-workers", help="train an iteration's best responses as "
-                                                "parallel Ray tasks, this many at a time (0: one after the other "
-                                                "here)")] = 0,
-        vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help="also play every team-side policy against "
-                                                 "the shipped opponent and (battle) every opponent-side policy "
-                                                 "against the same weights playing the team's side (references "
-                                                 "outside the meta-game)")] = False,
+        threads: Annotated[int, typer.Option(help=_help("threads"))] = _D.threads,
+        match_workers: Annotated[int, typer.Option("--match-workers", help=_help("match_workers"))] = _D.match_workers,
+        br_workers: Annotated[int, typer.Option("--br-workers", help=_help("br_workers"))] = _D.br_workers,
+        vs_shipped: Annotated[bool, typer.Option("--vs-shipped", help=_help("vs_shipped"))] = _D.vs_shipped,
         set_: Annotated[list[str] | None, typer.Option("--set", help="dotted override of the best-response "
                                                        "trainer, e.g. --set dqn.lr=1e-4")] = None,
         address: Annotated[str | None, typer.Option(help="submit the whole run as one Ray job to the cluster whose "

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from suPER.opponents import sha256
-from suPER.population.loop import RANDOM, Population
+from suPER.population.config import RANDOM
+from suPER.population.loop import Population
 from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable, play_match
 from suPER.population.solvers import nash

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from suPER.cli import main
-from suPER.population.loop import Population, PopulationConfig
+from suPER.population.config import PopulationConfig
+from suPER.population.loop import Population
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"env.kwargs.map_size": 12, "dqn.batch_size": 2, "dqn.hiddens": 8, "dqn.buffer_size": 500, "env.horizon": 20,

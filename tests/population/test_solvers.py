@@ -98,7 +98,7 @@ def test_a_registered_meta_solver_reaches_help_errors_and_the_reference(monkeypa
     from typer.testing import CliRunner
 
     from suPER.population import solvers
-    from suPER.population.loop import PopulationConfig
+    from suPER.population.config import PopulationConfig
 
     spec = solvers.MetaSolverSpec("first", lambda u: (np.eye(len(u))[0], np.eye(u.shape[1])[0]),
                                   "all weight on the first policy")
