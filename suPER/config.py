@@ -816,6 +816,22 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def parse_set_pairs(pairs: list[str], flag: str = "--set") -> dict[str, Any]:
+    """``["dqn.lr=3e-4"]`` -> ``{"dqn.lr": 0.0003}``: the ``--set`` option of every command (values parsed as a user
+    writes them, ``parse_value``).
+
+    Raises:
+        ConfigError: a pair without ``=`` or without a key, naming ``flag``.
+    """
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, eq, val = p.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{flag}: expected section.key=value, got {p!r}")
+        out[key.strip()] = parse_value(val)
+    return out
+
+
 def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set",
                     labels: dict[str, str] | None = None) -> ExperimentConfig:
     """Apply dotted-key overrides (``{"dqn.lr": 1e-4, "env.kwargs.n_evaders": 10}``) in place.

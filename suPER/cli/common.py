@@ -69,17 +69,6 @@ def guard_numbers(command: Any) -> Any:
     return command
 
 
-def set_pairs(pairs: list[str]) -> dict[str, Any]:
-    """``["dqn.lr=3e-4"]`` -> ``{"dqn.lr": 0.0003}`` (values parsed as a user writes them)."""
-    out: dict[str, Any] = {}
-    for p in pairs:
-        key, eq, val = p.partition("=")
-        if not eq or not key:
-            raise UserError(f"--set: expected section.key=value, got {p!r}")
-        out[key.strip()] = C.parse_value(val)
-    return out
-
-
 def number(flag: str, value: float, minimum: float, inclusive: bool = True) -> float:
     """A finite number at least (or above) ``minimum``: nan and inf are refused by name, before anything starts.
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from suPER import config as C
-from suPER.cli.common import UserError, set_pairs
+from suPER.cli.common import UserError
 
 opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of battle / adversarial_pursuit: "
                             "train them by self-play, evaluate teams against them.")
@@ -45,7 +45,7 @@ def opponents_train(
         raise UserError(f"--num-timesteps: expected an integer >= 1, got {budget}")
     if eval_episodes < 1:
         raise UserError(f"--eval-episodes: expected an integer >= 1, got {eval_episodes}")
-    overrides = set_pairs(set_ or [])
+    overrides = C.parse_set_pairs(set_ or [])
     if lr is not None:
         overrides["dqn.lr"] = lr
     command = shlex.join(["super-marl", *sys.argv[1:]]) if sys.argv[1:2] == ["opponents"] else (

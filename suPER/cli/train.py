@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
-from suPER.cli.common import UserError, check_with_env, set_pairs, typed_flags
+from suPER.cli.common import UserError, check_with_env, typed_flags
 from suPER.cli.paper import PAPER_IGNORED, PAPER_SPECIAL
 from suPER.flags import (
     FLAG_KEYS,
@@ -142,7 +142,7 @@ def _from_flags(opts: dict[str, Any], label: Callable[[str], str]) -> list[tuple
         if opts[name] is not None:
             named[f"run.{name}"], labels[f"run.{name}"] = opts[name], label(name)
     labels["run.algo"] = label("algo")
-    overrides = set_pairs(opts["set"] or [])
+    overrides = C.parse_set_pairs(opts["set"] or [])
     typed = typed_flags()
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     first = C.resolve(env, algo, overrides=overrides, named=named, labels=labels)

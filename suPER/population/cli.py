@@ -35,16 +35,6 @@ population_app = typer.Typer(no_args_is_help=True, help="Population training of 
 SIDE_CHOICES = {"both": ("team", "opponent"), "team": ("team",), "opponent": ("opponent",)}
 
 
-def _overrides(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for p in pairs:
-        key, eq, val = p.partition("=")
-        if not eq or not key:
-            raise C.ConfigError(f"--set: expected section.key=value, got {p!r}")
-        out[key.strip()] = C.parse_value(val)
-    return out
-
-
 def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: int, seed: int, sides: str,
          meta_solver: str, warm_start: str, relay: bool, out: Path | None, install: bool, install_dir: Path | None,
          overwrite: bool, figures: bool, threads: int, match_workers: int, br_workers: int, vs_shipped: bool,
@@ -57,7 +47,7 @@ def _run(method: str, env: str, iterations: int, br_steps: int, eval_episodes: i
     cfg = PopulationConfig(env=env, method=method, meta_solver=meta_solver, iterations=iterations, br_steps=br_steps,
                            eval_episodes=eval_episodes, seed=seed, sides=SIDE_CHOICES[sides], warm_start=warm_start,
                            relay=relay, threads=threads, match_workers=match_workers, br_workers=br_workers,
-                           vs_shipped=vs_shipped, overrides=_overrides(set_ or [])).validate()
+                           vs_shipped=vs_shipped, overrides=C.parse_set_pairs(set_ or [])).validate()
     if address is not None:
         _submit(method, cfg, address, wait, dict(
             env=env, iterations=iterations, br_steps=br_steps, eval_episodes=eval_episodes, seed=seed, sides=sides,
