@@ -106,7 +106,7 @@ FLAGS: tuple[Flag, ...] = (
     # the relay
     Flag("super", "relay.enabled", SUPER, "--super-mode, --bandwidth, --window and --team need it",
          negatable=True),
-    Flag("super_mode", "relay.mode", SUPER, "rule parameters: --set relay.<param>", paper="--suPER_mode",
+    Flag("super_mode", "relay.mode", SUPER, paper="--suPER_mode",
          super_only=True),
     Flag("bandwidth", "relay.bandwidth", SUPER, paper="--suPER_bandwidth", super_only=True),
     Flag("window", "relay.window", SUPER, paper="--suPER_window", super_only=True),
@@ -255,9 +255,10 @@ def help_text(f: Flag, where: bool = True) -> str:
         cls, name = _field(f.key)
         parts = [_first_sentence(field_docs(cls).get(name, f.key))]
         if f.key == "relay.mode":  # its docstring names the registry; the rules' names are what a user types
-            from suPER.core.selection import modes_help
+            from suPER.core.selection import modes_help, rule_params
 
-            parts = [f"selection rule: {modes_help()}"]
+            params = ", ".join(f"relay.{p.name} ({p.help})" for p in rule_params())
+            parts = [f"selection rule: {modes_help()}; its parameters: --set {params}"]
         elif choices(f.key):
             parts.append(" | ".join(choices(f.key)))
         if f.help:

@@ -71,7 +71,7 @@ def test_an_algorithm_registered_without_a_route_refuses_the_flag(monkeypatch: p
     toy = AlgorithmSpec("toy", "seac", C.SEACConfig, trainers={"native": "seac.trainer:train"}, help="toy")
     monkeypatch.setitem(ALGORITHMS, "toy", toy)
     with pytest.raises(C.ConfigError, match=r"^--lr: not used by --algo toy \(its settings: --set seac.KEY=VALUE\)"):
-        C.route_flags("toy", {"dqn.lr": 1e-3, "run.seed": 2})
+        C.route_flags("toy", {"dqn.lr": 1e-3, "run.seed": 2}, {"dqn.lr": "--lr"})  # named as the user typed it
     assert C.route_flags("toy", {"dqn.parameter_sharing": False, "relay.bandwidth": 0.5, "run.seed": 2}) == \
         {"run.seed": 2}  # switches left off and relay settings of an algorithm that cannot relay: dropped
     monkeypatch.setitem(ALGORITHMS, "toy", dataclasses.replace(toy, flag_routes={"dqn.lr": ("seac.lr",)}))

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -155,5 +156,7 @@ def test_cluster_jobs_carry_the_scaled_and_layered_runs() -> None:
     assert len(jobs) == len(runs) == len([r for r in grid.runs if r.env == "battle" and r.seed == 1])
     budget = round(0.001 * R.paper_budget("battle"))
     for job, run in zip(jobs, runs):
-        assert job.runs == [run.run_name] and f"--num-timesteps {budget}" in job.entrypoint
-        assert "env.kwargs.max_cycles=60" in job.entrypoint and job.entrypoint.endswith("--out ~/runs/fig1")
+        argv = shlex.split(job.entrypoint)
+        carried = json.loads(argv[argv.index("--config") + 1])  # the resolved config the job trains
+        assert job.runs == [run.run_name] and carried["run"]["num_timesteps"] == budget
+        assert carried["env"]["kwargs"]["max_cycles"] == 60 and job.entrypoint.endswith("--out ~/runs/fig1")
