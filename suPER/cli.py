@@ -166,7 +166,8 @@ def _set_pairs(pairs: list[str]) -> dict[str, Any]:
 
 @app.command()
 def train(
-    env: Annotated[str, typer.Option(help=" | ".join(C.ENV_NAMES))] = "pursuit",
+    env: Annotated[str, typer.Option(help=C.env_names_help() + " (any PettingZoo parallel env with discrete "
+                                     "actions, e.g. pettingzoo:mpe2.simple_spread_v3:parallel_env)")] = "pursuit",
     algo: Annotated[str, typer.Option(help=algos_help())] = "ddqn",
     num_timesteps: Annotated[int | None, typer.Option("--num-timesteps", help="env steps to train")] = None,
     seed: Annotated[int, typer.Option(help="run seed; env seed = seed + 100")] = 1,
@@ -255,7 +256,7 @@ def train(
     named, labels = C.named_settings(env, flags, label)
     named.update({"run.seed": seed, "run.out": str(out), "run.progress": progress})
     labels.update({"run.seed": label("seed"), "run.out": label("out"), "run.progress": label("progress"),
-                   "run.algo": label("algo")})
+                   "run.algo": label("algo"), "env.name": label("env")})
     overrides = _set_pairs(set_ or [])
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     packed: list[C.ExperimentConfig] = []
@@ -552,6 +553,10 @@ def envs() -> None:
 
     rows = []
     for name in ENVS:
+        if ENVS[name].record.generic:  # one adapter for many envs, each built by its own name
+            rows.append([C.PETTINGZOO_SPELLING, "its possible_agents", "-", "its own (Box)", "its own (Discrete)",
+                         "agents"])
+            continue
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]
