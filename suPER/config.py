@@ -908,7 +908,9 @@ def env_yaml_path(env_name: str) -> Path:
 
 
 def _read_env_yaml(env_name: str) -> dict[str, Any]:
-    if not is_env_name(env_name) and env_name != PETTINGZOO:
+    if env_key(env_name) == PETTINGZOO:
+        canonical_env_name(env_name)  # a malformed PettingZoo name: what its spelling should be
+    elif env_name not in ENV_NAMES:
         raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)} or {PETTINGZOO_SPELLING}, got {env_name!r}")
     path = env_yaml_path(env_name)
     try:

@@ -55,8 +55,16 @@ def _entry_point(name: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:  # also a module of an optional extra that is not installed
-        raise UnusableEnvError(f"expected pettingzoo:<module>:<function> with a module that imports, got "
-                               f"{_typed(name)!r} ({type(exc).__name__}: {exc})") from None
+        # PettingZoo keeps retired versions as attributes of their package (knights_archers_zombies_v10), whose
+        # functions say which version replaced them
+        parent, _, leaf = module_name.rpartition(".")
+        try:
+            module = getattr(importlib.import_module(parent), leaf) if parent else None
+        except (ImportError, AttributeError):
+            module = None
+        if module is None:
+            raise UnusableEnvError(f"expected pettingzoo:<module>:<function> with a module that imports, got "
+                                   f"{_typed(name)!r} ({type(exc).__name__}: {exc})") from None
     fn = getattr(module, function, None)
     if not callable(fn):
         offered = [f for f in ("parallel_env", "env", "raw_env") if callable(getattr(module, f, None))]
