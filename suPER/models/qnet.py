@@ -50,9 +50,14 @@ def resolve_body(body: str, obs_shape: tuple[int, ...]) -> BodyKind:
     grids); conv and mlp are themselves (a misfit is ``_check_config``'s error)."""
     if body != "auto":
         return body  # type: ignore[return-value]
+    return "conv" if conv_fits(obs_shape) else "mlp"
+
+
+def conv_fits(obs_shape: tuple[int, ...]) -> bool:
+    """Whether the conv body takes observations of ``obs_shape``: an image (H, W, C) with H, W > 3 (three unpadded
+    2x2 convs)."""
     shrink = len(CONV_CHANNELS) * (CONV_KERNEL - 1)
-    image = len(obs_shape) == 3 and min(int(obs_shape[0]), int(obs_shape[1])) > shrink
-    return "conv" if image else "mlp"
+    return len(obs_shape) == 3 and min(int(obs_shape[0]), int(obs_shape[1])) > shrink
 
 
 def _check_config(

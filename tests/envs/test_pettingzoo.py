@@ -281,3 +281,12 @@ def test_the_comparison_grid_lists_its_runs() -> None:
     assert names - {"run folder"} == {f"{e}__ddqn{s}__s{seed}" for e in envs for s in ("", "_super_quantile")
                                       for seed in (1, 2, 3)}
     assert "12 runs of 12" in " ".join(r.stdout.split())
+
+
+def test_the_conv_body_on_vector_observations_is_refused_before_a_folder(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["train", "--env", TINY, "--model", "conv", "--no-progress", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == ("error: --model: expected mlp or auto for pz-tests.envs.tiny_pz's observations of "
+                                 "shape (4,), got conv (it needs (H, W, C) images with H, W > 3)")
+    assert not any(tmp_path.iterdir())
