@@ -562,8 +562,7 @@ def envs() -> None:
     rows = []
     for name in ENVS:
         if ENVS[name].record.generic:  # one adapter for many envs, each built by its own name
-            rows.append([C.PETTINGZOO_SPELLING, "its possible_agents", "-", "its own (Box)", "its own (Discrete)",
-                         "agents"])
+            rows.append([C.PETTINGZOO_SPELLING, "possible_agents", "-", "its Box", "its Discrete", "agents"])
             continue
         info = env_info(name)
         learners = info["learner_ids"]
