@@ -71,9 +71,10 @@ class EnvRecord:
     """``module:Class`` of a ``BatchedMultiAgentEnv`` version (E games as tensors on a device), imported
     lazily by ``make_batched_env`` because it needs torch; None: no batched version"""
     generic: bool = False
-    """one adapter for many library envs, each with its own name (``suPER.config.env_key`` maps them to this
-    record; e.g. ``pz-<module>`` for ``pettingzoo``): its constructor and ``constructor_kwargs`` take the env's
-    name as ``name=``, its spec carries that name, and its settings file is ``experiments/envs/<name>/defaults.yaml``"""
+    """one adapter for many library envs, each with its own name, which ``suPER.config.env_key`` maps to this
+    record (``pz-<module>`` -> ``pettingzoo``, so far the one generic adapter): its constructor and
+    ``constructor_kwargs`` take the env's name as ``name=``, its spec carries that name, and its settings file is
+    ``experiments/envs/<name>/defaults.yaml``"""
 
     @property
     def opponent_kinds(self) -> tuple[str, ...]:
@@ -133,6 +134,9 @@ def register(cls: type) -> type:
             f"name without Env)", rec.name)
     require(rec.name not in ENVS, "name", "a key not registered yet", rec.name)
     require(env_yaml_path(rec.name).is_file(), "name", f"a YAML file {env_yaml_path(rec.name)}", rec.name)
+    require(not rec.generic or env_yaml_path(rec.name).name == "defaults.yaml", "generic",
+            f"a settings folder experiments/envs/{rec.name}/defaults.yaml (its envs are not names of their own)",
+            rec.generic)
     missing = [m for m in _ADAPTER_METHODS if not callable(getattr(cls, m, None))]
     require(not missing, "name", f"an adapter with {', '.join(_ADAPTER_METHODS)}", f"{cls.__name__} without "
             f"{', '.join(missing)}")
