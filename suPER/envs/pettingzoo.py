@@ -42,8 +42,8 @@ def _typed(name: str) -> str:
     return f"pettingzoo:{module}:{function}"
 
 
-def _entry_point(name: str) -> Any:
-    """The env function a PettingZoo env name points at.
+def _entry_point(name: str) -> tuple[Any, Any]:
+    """The module and the env function a PettingZoo env name points at.
 
     Raises:
         UnusableEnvError: the name is malformed, its module does not import, or has no such function.
@@ -70,7 +70,7 @@ def _entry_point(name: str) -> Any:
         offered = [f for f in ("parallel_env", "env", "raw_env") if callable(getattr(module, f, None))]
         has = ", ".join(offered) if offered else "none of parallel_env, env, raw_env"
         raise UnusableEnvError(f"expected a function of {module_name} (it has {has}), got {_typed(name)!r}")
-    return fn
+    return module, fn
 
 
 class PettingzooEnv:
@@ -86,8 +86,7 @@ class PettingzooEnv:
         Raises:
             UnusableEnvError: the name does not point at a function.
         """
-        fn = _entry_point(name)
-        module = importlib.import_module(fn.__module__) if fn.__module__ else None
+        module, fn = _entry_point(name)  # the named module: parallel_wrapper_fn's closure lives in PettingZoo's
         for candidate in (fn, getattr(module, "raw_env", None), getattr(module, "env", None)):
             if not callable(candidate):
                 continue
@@ -116,7 +115,7 @@ class PettingzooEnv:
             raise ValueError(f"horizon: expected an integer >= 1, got {horizon!r}")
         own_record(type(self))
         self.horizon = int(horizon)
-        fn = _entry_point(name)
+        _, fn = _entry_point(name)
         try:
             env = fn(**kwargs)
         except ImportError as exc:  # PettingZoo's DeprecatedEnv (knights_archers_zombies_v10 -> v11) is one

@@ -226,6 +226,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_simple_spread_trains_with_super_packed_through_the_cli(tmp_path: Path) -> None:
     pytest.importorskip("mpe2")
+    # its parallel_env only forwards **kwargs (PettingZoo's parallel_wrapper_fn): the names are its raw_env's
+    assert {"N", "local_ratio", "max_cycles", "continuous_actions"} <= set(accepted_kwargs("pz-mpe2.simple_spread_v3"))
+    r = _cli("train", "--env", SPREAD, "--set", "env.kwargs.max_cycle=4", "--no-progress", "--out", str(tmp_path))
+    assert r.returncode == 2 and "did you mean 'max_cycles'?" in r.stderr and not any(tmp_path.iterdir()), r.stderr
+    r = _cli("train", "--env", SPREAD, "--set", "env.kwargs.continuous_actions=true", "--no-progress",
+             "--out", str(tmp_path))  # MPE's continuous actions: not a Discrete space
+    assert r.returncode == 2 and r.stderr.startswith("error: --env: expected a parallel env with agents, Discrete")
     r = _cli("train", "--env", SPREAD, "--super", "--num-seeds", "2", "--pack", "--num-timesteps", "300",
              "--eval-interval", "150", "--eval-episodes", "2", "--device", "cpu", "--no-progress",
              "--out", str(tmp_path), *SMALL_DQN)
