@@ -297,3 +297,26 @@ def test_the_conv_body_on_vector_observations_is_refused_before_a_folder(tmp_pat
     assert code == 2 and err == ("error: --model: expected mlp or auto for pz-tests.envs.tiny_pz's observations of "
                                  "shape (4,), got conv (it needs (H, W, C) images with H, W > 3)")
     assert not any(tmp_path.iterdir())
+
+
+def test_the_committed_comparison_records_back_the_guide_table() -> None:
+    """results/pettingzoo: 12 finished records (no checkpoints), and the guide's means and t intervals are theirs."""
+    from scipy import stats
+
+    runs = sorted(p for p in (ROOT / "results" / "pettingzoo").iterdir() if p.is_dir())
+    assert len(runs) == 12
+    finals: dict[tuple[str, str], list[float]] = {}
+    for run in runs:
+        assert {p.name for p in run.iterdir()} == {"config.json", "manifest.json", "metrics.csv"}
+        assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
+        rows = rows_of(run)
+        assert [int(r["env_steps"]) for r in rows] == list(range(0, 40_001, 4000))
+        env, config, _ = run.name.split("__")
+        finals.setdefault((env, config), []).append(float(rows[-1]["team_return_mean"]))
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    for (env, config), values in finals.items():
+        x = np.array(values)
+        half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+        digits = 1 if "spread" in env else 2
+        cell = f"{x.mean():.{digits}f} [{x.mean() - half:.{digits}f}, {x.mean() + half:.{digits}f}]"
+        assert cell in guide, (env, config, cell)
