@@ -115,7 +115,7 @@ def trainer_cpu(name: str, steps: int, layout: str, out: str) -> tuple[float, fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small buffers (smoke test)")
-    ap.add_argument("--envs", nargs="+", default=["pursuit", "battle", "adversarial_pursuit"])
+    ap.add_argument("--envs", nargs="+", default=list(C.PAPER_ENVS))
     ap.add_argument("--bandwidth", type=float, default=0.1, help="fraction of rows relayed to every teammate")
     ap.add_argument("--reps", type=int, default=200, help="sample + update_priorities repetitions")
     ap.add_argument("--trainer-steps", type=int, default=0, help="also time the whole trainer for this many env steps")

@@ -49,7 +49,7 @@ class SEACNet(nn.Module):
 
     Args:
         n_policies: P, one per learning agent.
-        obs_shape: one observation, (H, W, C).
+        obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body (flattened).
         n_actions: size of the discrete action space.
         body: ``"mlp"`` (SEAC paper) or ``"conv"`` (the SUPER paper's conv body).
     """
@@ -57,21 +57,25 @@ class SEACNet(nn.Module):
     def __init__(self, n_policies: int, obs_shape: tuple[int, ...], n_actions: int,
                  body: Literal["mlp", "conv"] = "mlp") -> None:
         super().__init__()
-        if len(obs_shape) != 3:
-            raise ValueError(f"obs_shape must be (H, W, C), got {obs_shape}")
         if body not in ("mlp", "conv"):
             raise ValueError(f"body must be 'mlp' or 'conv', got {body!r}")
+        if body == "conv" and len(obs_shape) != 3:
+            raise ValueError(f"the conv body needs observations of shape (H, W, C), got {obs_shape}; use "
+                             f"seac.model=mlp for other shapes")
+        if not obs_shape or min(obs_shape) < 1:
+            raise ValueError(f"every observation dimension must be positive, got {obs_shape}")
         self.n_policies = P = int(n_policies)
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.n_actions = int(n_actions)
         self.body = body
-        h, w, c = self.obs_shape
         relu = math.sqrt(2.0)
         if body == "mlp":
-            self.actor1, self.actor2 = BatchedLinear(P, h * w * c, HIDDEN), BatchedLinear(P, HIDDEN, HIDDEN)
-            self.critic1, self.critic2 = BatchedLinear(P, h * w * c, HIDDEN), BatchedLinear(P, HIDDEN, HIDDEN)
+            flat = math.prod(self.obs_shape)
+            self.actor1, self.actor2 = BatchedLinear(P, flat, HIDDEN), BatchedLinear(P, HIDDEN, HIDDEN)
+            self.critic1, self.critic2 = BatchedLinear(P, flat, HIDDEN), BatchedLinear(P, HIDDEN, HIDDEN)
             hidden: list[BatchedLinear | GroupedConv2d] = [self.actor1, self.actor2, self.critic1, self.critic2]
         else:
+            h, w, c = self.obs_shape
             if h <= len(CONV_CHANNELS) or w <= len(CONV_CHANNELS):
                 raise ValueError(f"conv body needs H, W > {len(CONV_CHANNELS)}, got {obs_shape}")
             chans = (c, *CONV_CHANNELS)
@@ -88,7 +92,7 @@ class SEACNet(nn.Module):
         """Policy logits and state values of every agent's network on its own rows.
 
         Args:
-            obs_PBO: float ``[P, B, H, W, C]``; row ``[p, b]`` is evaluated by agent ``p``'s network.
+            obs_PBO: float ``[P, B, *O]``; row ``[p, b]`` is evaluated by agent ``p``'s network.
 
         Returns:
             ``logits_PBA`` ``[P, B, A]`` and ``value_PB`` ``[P, B]``.

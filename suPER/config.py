@@ -35,9 +35,89 @@ PAPER_ENVS = ("pursuit", "battle", "adversarial_pursuit")
 """The paper's three environments in its order (figures and listings show them first)."""
 ENV_NAMES = tuple(sorted((p.stem for p in (EXPERIMENTS_DIR / "envs").glob("*.yaml")),
                          key=lambda e: (PAPER_ENVS.index(e) if e in PAPER_ENVS else len(PAPER_ENVS), e)))
-"""Environment names = the YAML files ``experiments/envs/<name>.yaml`` (the paper's first, then A-Z). The env
-registry (``suPER.envs.ENVS``, which this module may not import) refuses an adapter without its YAML file, and
-``tests/envs/test_registry.py`` that a YAML file without an adapter."""
+"""Names of the envs with their own adapter = the YAML files ``experiments/envs/<name>.yaml`` (the paper's first,
+then A-Z). The env registry (``suPER.envs.ENVS``, which this module may not import) refuses an adapter without its
+YAML file, and ``tests/envs/test_registry.py`` that a YAML file without an adapter. Any PettingZoo parallel env is
+a valid name too, through the generic adapter (``PETTINGZOO``; ``is_env_name``)."""
+
+PETTINGZOO = "pettingzoo"
+"""registry key of the generic PettingZoo adapter (``suPER.envs.pettingzoo``): ``--env pettingzoo:<module>:<function>``
+trains the parallel env ``<module>.<function>(**env.kwargs)``; its settings are ``experiments/envs/pettingzoo/
+defaults.yaml``, and its runs are named ``pz-<module>[-<function>]`` (``pettingzoo_env_name``)"""
+PETTINGZOO_PREFIX = "pz-"
+"""the recorded name of a PettingZoo env: ``pz-<module>``, plus ``-<function>`` when it is not ``parallel_env``"""
+PETTINGZOO_SPELLING = f"{PETTINGZOO}:<module>:<function>"
+"""how ``--env`` and grid files name a PettingZoo env (``pettingzoo:mpe2.simple_spread_v3:parallel_env``)"""
+_DOTTED = r"[^\W\d]\w*(?:\.[^\W\d]\w*)*"
+"""a module's dotted name (Python identifiers): no '-', '/' or '..', so ``pz-<module>-<function>`` is a file name
+and reads back unambiguously"""
+
+
+def pettingzoo_env_name(typed: str) -> str:
+    """The recorded env name of ``pettingzoo:<module>[:<function>]``: ``pz-<module>[-<function>]``.
+
+    Args:
+        typed: ``pettingzoo:<module>:<function>`` (the function defaults to ``parallel_env``, which the name
+            leaves out), or a name already in the recorded form (returned unchanged).
+
+    Raises:
+        ConfigError: not a module's dotted name and a function name.
+    """
+    if typed.startswith(PETTINGZOO_PREFIX):
+        pettingzoo_entry_point(typed)  # checks it
+        return typed
+    _, _, rest = typed.partition(":")
+    module, _, function = rest.partition(":")
+    function = function or "parallel_env"
+    if not re.fullmatch(_DOTTED, module) or not function.isidentifier():
+        raise ConfigError(f"--env: expected {PETTINGZOO_SPELLING} (a module's dotted name and a function in it, "
+                          f"e.g. {PETTINGZOO}:mpe2.simple_spread_v3:parallel_env), got {typed!r}")
+    return PETTINGZOO_PREFIX + module + ("" if function == "parallel_env" else f"-{function}")
+
+
+def pettingzoo_entry_point(name: str) -> tuple[str, str]:
+    """``(module, function)`` of a PettingZoo env name (``pz-mpe2.simple_spread_v3`` ->
+    ``("mpe2.simple_spread_v3", "parallel_env")``); the inverse of ``pettingzoo_env_name``.
+
+    Raises:
+        ConfigError: ``name`` is not of that form.
+    """
+    module, _, function = name.removeprefix(PETTINGZOO_PREFIX).partition("-")
+    function = function or "parallel_env"
+    if not name.startswith(PETTINGZOO_PREFIX) or not re.fullmatch(_DOTTED, module) or not function.isidentifier():
+        raise ConfigError(f"env.name: expected {PETTINGZOO_PREFIX}<module>[-<function>] (a PettingZoo env's recorded "
+                          f"name), got {name!r}")
+    return module, function
+
+
+def env_key(name: str) -> str:
+    """The registry key (and settings file) an env name belongs to: ``pettingzoo`` for a PettingZoo env named
+    either way (``pettingzoo:<module>:<function>`` or ``pz-...``), else the name itself."""
+    return PETTINGZOO if name.startswith((PETTINGZOO_PREFIX, PETTINGZOO + ":")) else name
+
+
+def canonical_env_name(name: str) -> str:
+    """The name a run records: ``pettingzoo:<module>:<function>`` becomes ``pz-<module>[-<function>]`` (checked);
+    every other name is returned unchanged."""
+    return pettingzoo_env_name(name) if env_key(name) == PETTINGZOO and name != PETTINGZOO else name
+
+
+def is_env_name(name: Any) -> bool:
+    """A name a run can train on: a named env (``ENV_NAMES``) or a PettingZoo env in either spelling (its module
+    is only imported when the env is built)."""
+    if not isinstance(name, str):
+        return False
+    if name in ENV_NAMES:
+        return True
+    try:
+        return env_key(name) == PETTINGZOO and bool(pettingzoo_env_name(name))
+    except ConfigError:
+        return False
+
+
+def env_names_help() -> str:
+    """``pursuit | battle | adversarial_pursuit | pettingzoo:<module>:<function>`` (``--env``'s choices)."""
+    return " | ".join((*ENV_NAMES, PETTINGZOO_SPELLING))
 
 
 class ConfigError(ValueError):
@@ -58,7 +138,8 @@ class EnvConfig:
     """Which environment to build and with which settings (REFERENCE section 4)."""
 
     name: str = "pursuit"
-    """registry key: pursuit | battle | adversarial_pursuit"""
+    """registry key (pursuit | battle | adversarial_pursuit), or a PettingZoo env's recorded name
+    ``pz-<module>[-<function>]`` (``--env pettingzoo:<module>:<function>``)"""
     horizon: int = 500
     """steps after which an episode is truncated (the original forced 500 for every env)"""
     truncation_is_terminal: bool = False
@@ -131,8 +212,9 @@ class DQNConfig(EpsilonGreedy):
     """use the online net to pick the bootstrap action (double DQN)"""
     dueling: bool = True
     """Q = V + (A - mean A) heads"""
-    model: Literal["conv", "mlp"] = "conv"
-    """conv = the paper's per-env conv body; mlp = 2x64 tanh on flattened obs"""
+    model: Literal["conv", "mlp", "auto"] = "conv"
+    """conv = the paper's per-env conv body (observations (H, W, C)); mlp = 2x64 tanh on flattened obs (any shape);
+    auto = conv for (H, W, C) observations, mlp for any other shape (the PettingZoo envs' default)"""
     hiddens: int = 256
     """width of the body output and of the hidden layer in each head"""
     lr: float = 1.6e-4
@@ -483,7 +565,8 @@ class _Experiment:
         def check(ok: bool, key: str, expected: str, got: Any) -> None:
             _check(ok, labels.get(key, key), expected, got)
 
-        check(self.env.name in ENV_NAMES, "env.name", f"one of {', '.join(ENV_NAMES)}", self.env.name)
+        check(is_env_name(self.env.name), "env.name", f"one of {', '.join(ENV_NAMES)} or {PETTINGZOO_SPELLING}",
+              self.env.name)
         check(bool(self.env.opponent), "env.opponent", "pretrained, random, learning or a PATH", self.env.opponent)
         for section in (f.name for f in fields(self)):
             ranges = {f.name: RANGES[f"{section}.{f.name}"] for f in fields(getattr(self, section))
@@ -762,13 +845,18 @@ def is_folder_name(name: str, allow_empty: bool = False) -> bool:
 
 
 def env_yaml_path(env_name: str) -> Path:
-    """Path of an environment's hyperparameter file."""
-    return EXPERIMENTS_DIR / "envs" / f"{env_name}.yaml"
+    """Path of an environment's hyperparameter file: ``experiments/envs/<name>.yaml``, or for a generic adapter
+    (one registry key, many envs: ``env_key``) its folder's ``experiments/envs/<key>/defaults.yaml``."""
+    key = env_key(env_name)
+    shared = EXPERIMENTS_DIR / "envs" / key / "defaults.yaml"
+    return shared if shared.is_file() else EXPERIMENTS_DIR / "envs" / f"{key}.yaml"
 
 
 def _read_env_yaml(env_name: str) -> dict[str, Any]:
-    if env_name not in ENV_NAMES:
-        raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)}, got {env_name!r}")
+    if env_key(env_name) == PETTINGZOO:
+        canonical_env_name(env_name)  # a malformed PettingZoo name: what its spelling should be
+    elif env_name not in ENV_NAMES:
+        raise ConfigError(f"--env: expected one of {', '.join(ENV_NAMES)} or {PETTINGZOO_SPELLING}, got {env_name!r}")
     path = env_yaml_path(env_name)
     try:
         data = load_yaml(path.read_text()) or {}
@@ -926,8 +1014,8 @@ def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None 
     """
     labels = dict(labels or {})
     cfg = ExperimentConfig()
-    cfg.env.name = env_name
     apply_overrides(cfg, flatten(load_env_defaults(env_name)), source=str(env_yaml_path(env_name)))
+    cfg.env.name = canonical_env_name(env_name)  # after the YAML: a generic adapter's file names no env
     spec = algorithm(algo, labels.get("run.algo", "--algo"))
     cfg.run.algo = algo
     apply_overrides(cfg, dict(spec.presets), source="--algo")

@@ -72,7 +72,8 @@ class Flag:
 
 
 def _env_help() -> str:
-    return " | ".join(C.ENV_NAMES)
+    return C.env_names_help() + " (any PettingZoo parallel env with discrete actions, e.g. " \
+        "pettingzoo:mpe2.simple_spread_v3:parallel_env)"
 
 
 def _algo_help() -> str:

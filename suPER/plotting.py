@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from suPER.config import ENV_NAMES
+from suPER.config import ENV_NAMES, PETTINGZOO_PREFIX, is_env_name
 from suPER.runs import FINISHED, RunFolder, atomic_write_bytes, atomic_write_text, read_metrics
 from suPER.stats import bootstrap_ci
 
@@ -291,8 +291,9 @@ def _read_config(folder: Path) -> tuple[str, str, int, dict[str, Any]]:
     except (KeyError, TypeError, AttributeError) as exc:
         raise _Unreadable(Skipped(str(path), "expected a run config with env.name (text) and run.seed (integer), "
                                              "got something else")) from exc
-    if env not in ENV_NAMES:
-        raise _Unreadable(Skipped(str(path), f"expected env.name to be one of {', '.join(ENV_NAMES)}, got {env!r}"))
+    if not is_env_name(env):
+        raise _Unreadable(Skipped(str(path), f"expected env.name to be one of {', '.join(ENV_NAMES)} or "
+                                             f"{PETTINGZOO_PREFIX}<module>[-<function>], got {env!r}"))
     return env, configuration_label(config), seed, config
 
 

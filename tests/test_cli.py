@@ -70,6 +70,7 @@ def test_envs_command_lists_three_envs() -> None:
     for name, learners in (("pursuit", "8 (pursuer_0..pursuer_7)"), ("battle", "6 (blue_0..blue_5)"),
                            ("adversarial_pursuit", "8 (prey_0..prey_7)")):
         assert name in r.stdout and learners in r.stdout
+    assert "pettingzoo:<module>:<function>\tpossible_agents" in r.stdout  # the generic adapter: any parallel env
 
 
 @pytest.mark.parametrize(("args", "flag"), [

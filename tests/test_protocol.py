@@ -34,7 +34,7 @@ def _get(cfg: Any, dotted: str) -> Any:
     return getattr(getattr(cfg, section), key)
 
 
-@pytest.mark.parametrize("env", ["pursuit", "battle", "adversarial_pursuit"])
+@pytest.mark.parametrize("env", C.PAPER_ENVS)  # the deviations documented for the paper's envs
 @pytest.mark.parametrize("key,ours,paper,why", DEVIATIONS, ids=[d[0] for d in DEVIATIONS])
 def test_paper_protocol_restores_each_documented_original(env: str, key: str, ours: Any, paper: Any, why: str) -> None:
     flags = {"super": True, "super_mode": "quantile"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from suPER import cli
-from suPER.config import ENV_NAMES, ExperimentConfig, flatten, load_env_defaults
+from suPER.config import ENV_NAMES, PETTINGZOO, ExperimentConfig, flatten, load_env_defaults
 from suPER.docstrings import field_docs
 from suPER.metrics import METRICS, metric, wandb_key
 from suPER.runs import namespaced_metrics
@@ -60,7 +60,7 @@ def test_env_yamls_hold_only_what_differs_from_the_defaults() -> None:
     silently stops agreeing when the default changes."""
     defaults = {f"{s.name}.{f.name}": f.default for s in dataclasses.fields(ExperimentConfig)
                 for f in dataclasses.fields(s.type) if f.default is not dataclasses.MISSING}
-    restated = [f"{env}: {k}" for env in ENV_NAMES for k, v in flatten(load_env_defaults(env)).items()
+    restated = [f"{env}: {k}" for env in (*ENV_NAMES, PETTINGZOO) for k, v in flatten(load_env_defaults(env)).items()
                 if k != "env.name" and k in defaults and v == defaults[k]]
     assert restated == []
 

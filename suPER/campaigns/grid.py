@@ -183,7 +183,7 @@ class GridRun:
 
     Attributes:
         entry: the entry's readable name (with a ``[key=value]`` suffix for sweep points).
-        env: environment registry key.
+        env: environment name as a run records it (``pz-<module>`` for ``pettingzoo:<module>:<function>``).
         algo: algorithm registry key.
         seed: run seed.
         flags: named flags (``FLAG_KEYS`` names plus ``legacy`` / ``quick``) with their values.
@@ -353,8 +353,9 @@ def _check_flags(block: Any, where: str, what: str, allow: Iterable[str] = ()) -
         at = f"{where.rsplit(':', 1)[0]}:{_line(block, key)}" if _line(block, key) else where
         if key not in known:
             raise GridError(f"{at}: {what}: {_unknown(key, known, 'key')}")
-        if key == "env" and value not in C.ENV_NAMES:
-            raise GridError(f"{at}: {what}: env: expected one of {', '.join(C.ENV_NAMES)}, got {value!r}")
+        if key == "env" and not C.is_env_name(value):
+            raise GridError(f"{at}: {what}: env: expected one of {', '.join(C.ENV_NAMES)} or "
+                            f"{C.PETTINGZOO_SPELLING}, got {value!r}")
         if key == "algo" and not isinstance(value, str):
             raise GridError(f"{at}: {what}: algo: expected a name, got {value!r}")
         if (key in ("legacy", "quick") or key in _BOOL_FLAG_NAMES) and not isinstance(value, bool):
@@ -494,8 +495,9 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
             raise GridError(f"{at['env_defaults']}: env_defaults: expected a mapping env -> flags")
         for env, flags in block.items():
             where = f"{file}:{_line(block, env) or _line(data, 'env_defaults')}"
-            if env not in C.ENV_NAMES:
+            if not C.is_env_name(env):
                 raise GridError(f"{where}: env_defaults: {_unknown(env, C.ENV_NAMES, 'env')}")
+            env = C.canonical_env_name(env)  # pettingzoo:<module>:<function> and pz-<module> are one env
             checked = _check_flags(flags, where, f"env_defaults.{env}")
             if "env" in checked or "algo" in checked:
                 raise GridError(f"{where}: env_defaults.{env}: env and algo belong in the entries")
@@ -586,7 +588,7 @@ def _sub_mapping(m: dict[str, Any], drop: Iterable[str]) -> _Mapping:
 def _expand_entry(entry: dict[str, Any], where: str, defaults: dict[str, Any],
                   env_defaults: dict[str, dict[str, Any]], seeds: list[int]) -> list[GridRun]:
     """One entry -> its runs (sweep points x seeds), with defaults merged under the entry's flags."""
-    env, algo = entry["env"], entry["algo"]
+    env, algo = C.canonical_env_name(entry["env"]), entry["algo"]
     own = {k: v for k, v in entry.items() if k in FLAG_NAMES}
     flags = _merge(defaults, env_defaults.get(env, {}), own)
     flags.pop("env", None)

@@ -92,7 +92,8 @@ def typed_flags() -> dict[str, str]:
 
 def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None) -> None:
     """The checks that need the env library, run before any folder is written: ``env.kwargs`` against the
-    env's constructor (``suPER.envs.check``) and ``--team`` against the learner ids it builds.
+    env's constructor (``suPER.envs.check``), the DQN body against its observation shape and ``--team`` against
+    the learner ids it builds.
 
     Why the team: a team that matches no learner, or one, makes a ``..._super_*`` run that never relays.
 
@@ -104,6 +105,13 @@ def check_with_env(cfg: C.ExperimentConfig, labels: dict[str, str] | None = None
 
     labels = labels or {}
     spec = probe_env(cfg.env, labels)
+    if C.ALGORITHMS[cfg.run.algo].section == "dqn" and cfg.dqn.model == "conv":
+        from suPER.models.qnet import conv_fits
+
+        if not conv_fits(spec.obs_shape):  # the net is built after the run folder: refuse before it
+            raise C.ConfigError(f"{labels.get('dqn.model', 'dqn.model')}: expected mlp or auto for {cfg.env.name}'s "
+                                f"observations of shape {tuple(spec.obs_shape)}, got conv (it needs (H, W, C) images "
+                                f"with H, W > 3)")
     if not spec.opponent_ids and not cfg.env.swap_teams:
         for key in ("env.opponent", "env.opponent_epsilon", "env.eval_opponent_epsilon", "env.opponent_allow_pickle"):
             typed = labels.get(key, "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from suPER import config as C
 from suPER.cli.common import print_table
 
 
@@ -11,6 +12,9 @@ def envs() -> None:
 
     rows = []
     for name in ENVS:
+        if ENVS[name].record.generic:  # one adapter for many envs, each built by its own name
+            rows.append([C.PETTINGZOO_SPELLING, "possible_agents", "-", "its Box", "its Discrete", "agents"])
+            continue
         info = env_info(name)
         learners = info["learner_ids"]
         opps = info["opponent_ids"]

@@ -141,7 +141,7 @@ def _from_flags(opts: dict[str, Any], label: Callable[[str], str]) -> list[tuple
     for name in ("seed", "out", "progress"):
         if opts[name] is not None:
             named[f"run.{name}"], labels[f"run.{name}"] = opts[name], label(name)
-    labels["run.algo"] = label("algo")
+    labels["run.algo"], labels["env.name"] = label("algo"), label("env")
     overrides = C.parse_set_pairs(opts["set"] or [])
     typed = typed_flags()
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})

@@ -159,13 +159,15 @@ def build_config(cfg: ExperimentConfig) -> Any:
     from suPER.core.rllib_model import PaperDQNTorchRLModule
     from suPER.core.trainers import suPERDQNConfig
     from suPER.loop import env_seeds, resolve_device
+    from suPER.models.qnet import resolve_body
 
     d, rc, run = cfg.dqn, cfg.relay, cfg.run
     probe = make_env(cfg.env)
     spec = probe.spec
     probe.close()
     env_seed, _ = env_seeds(cfg)
-    model = paper_model_config(d.model, d.hiddens, tuple(spec.obs_shape))
+    body = resolve_body(d.model, tuple(spec.obs_shape))
+    model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape))
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)
@@ -178,7 +180,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     config = (
         suPERDQNConfig()
         .environment(_rllib_env_class(), env_config={"env": dataclasses.asdict(cfg.env), "seed": env_seed,
-                                                     "flatten": d.model == "mlp"})
+                                                     "flatten": body == "mlp"})
         .framework("torch")
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=d.rollout_fragment_length)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
@@ -268,11 +270,13 @@ def _train_loop(cfg: ExperimentConfig, folder: RunFolder, record: RunRecord, alg
     """One ``algo.train()`` per evaluation interval, then a greedy evaluation row (``record.row``)."""
     import torch
 
+    from suPER.models.qnet import resolve_body
+
     d, run = cfg.dqn, cfg.run
     spec = eval_env.spec
     ids = list(spec.learner_ids)
     module_of = [spec.team if d.parameter_sharing else a for a in ids]
-    flatten = d.model == "mlp"
+    flatten = resolve_body(d.model, tuple(spec.obs_shape)) == "mlp"
     batch = d.rows_per_update(spec.n_agents, len(spec.opponent_ids))
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
 

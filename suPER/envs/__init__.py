@@ -21,14 +21,18 @@ from suPER.envs.factory import (
     make_env,
 )
 from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
+from suPER.envs.pettingzoo import PettingzooEnv
 from suPER.envs.pursuit import PursuitEnv
 from suPER.envs.record import (
     ENVS,
     OPPONENT_KINDS,
     EnvRecord,
     EnvRegistrationError,
+    UnusableEnvError,
+    adapter_class,
     env_record,
     opponent_env_names,
+    own_record,
     register,
 )
 
@@ -42,9 +46,12 @@ __all__ = [
     "MAgentEnv",
     "MultiAgentEnv",
     "OpponentPolicy",
+    "PettingzooEnv",
     "PursuitEnv",
     "RandomOpponent",
     "StepResult",
+    "UnusableEnvError",
+    "adapter_class",
     "build_adapter",
     "check_opponent",
     "env_info",
@@ -55,6 +62,7 @@ __all__ = [
     "OPPONENT_KINDS",
     "make_batched_env",
     "opponent_env_names",
+    "own_record",
     "register",
 ]
 
@@ -62,13 +70,14 @@ __all__ = [
 register(PursuitEnv)
 register(BattleEnv)
 register(AdversarialPursuitEnv)
+register(PettingzooEnv)  # generic: every PettingZoo parallel env, named pz-<module>[-<function>]
 
 
 def env_info(name: str) -> dict[str, Any]:
     """Describe an env built with its YAML defaults (for the CLI ``envs`` command).
 
     Args:
-        name: registry key.
+        name: registry key, or a generic adapter's env name (``pz-mpe2.simple_spread_v3``).
 
     Returns:
         dict with name, team, learner_ids, opponent_ids, obs_shape, obs_dtype, n_actions,

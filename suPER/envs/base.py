@@ -4,7 +4,7 @@ PettingZoo speaks dicts keyed by agent id; trainers speak arrays with the agent 
 The conversion happens exactly once, here at the env boundary (STYLE rule 10). Only the *learning*
 team appears in the arrays; a fixed opponent team is driven inside the adapter and never leaves it.
 
-Shapes (suffixes as in STYLE rule 11): ``N`` learners, ``O...`` one learner's observation (H, W, C),
+Shapes (suffixes as in STYLE rule 11): ``N`` learners, ``O...`` one learner's observation ((H, W, C) or any shape),
 ``E`` games of a batched env (:class:`BatchedMultiAgentEnv`).
 """
 
@@ -22,19 +22,24 @@ class EnvSpec:
     """Static description of an adapted environment."""
 
     name: str
-    """registry key (pursuit | battle | adversarial_pursuit)"""
+    """the env's name: its record's (pursuit | battle | adversarial_pursuit), or for a generic adapter the name it
+    was built under (``pz-<module>``); ``suPER.envs.env_record(spec.name)`` finds its record"""
     learner_ids: tuple[str, ...]
     """ids of the N learning agents, in array order"""
     opponent_ids: tuple[str, ...]
     """ids of the fixed opponents driven inside the adapter (empty for pursuit)"""
     obs_shape: tuple[int, ...]
-    """one learner's observation shape, HWC"""
+    """one learner's observation shape: (H, W, C) for images, any shape otherwise"""
     obs_dtype: Any
     """compact dtype the replay buffer stores observations in (lossless for this env)"""
     n_actions: int
     """size of each learner's discrete action space"""
     team: str
     """learning-team name (pursuer | blue | prey)"""
+    cell_codes: bool = False
+    """observations are grids of few distinct cell vectors (agent counts, presence and HP): the compact replay may
+    store each cell as a uint16 code (``suPER.replay.compact.CellCodec``). False for observations of continuous
+    values, whose distinct vectors would overflow its 65,536 codes mid-run"""
 
     @property
     def n_agents(self) -> int:

@@ -17,9 +17,14 @@ import numpy as np
 
 from suPER.config import ConfigError, EnvConfig
 from suPER.envs.base import EnvSpec
+from suPER.envs.record import UnusableEnvError
 
 _NOT_CONFIGURABLE = {"self", "render_mode", "evader_controller", "pursuer_controller", "reward_args", "kwargs", "args"}
 """Constructor arguments a config cannot set: the adapter owns rendering, controllers are objects."""
+
+ANY_KWARG = "**"
+"""In ``constructor_kwargs``: the library takes any keyword (its names are then checked by the library itself, when
+``probe_env`` builds the env)."""
 
 
 def accepted_kwargs(env_name: str) -> list[str]:
@@ -32,10 +37,10 @@ def accepted_kwargs(env_name: str) -> list[str]:
     Returns:
         Sorted names.
     """
-    from suPER.envs.record import ENVS, env_record
+    from suPER.envs.record import adapter_class, env_record
 
-    env_record(env_name)  # unknown name: one line listing the registered ones
-    names = ENVS[env_name].constructor_kwargs()
+    rec = env_record(env_name)  # unknown name: one line listing the registered ones
+    names = adapter_class(env_name).constructor_kwargs(**({"name": env_name} if rec.generic else {}))
     return sorted(names - _NOT_CONFIGURABLE)
 
 
@@ -57,9 +62,12 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
     from suPER.envs import make_env
 
     labels = labels or {}
-    known = accepted_kwargs(cfg.name)
+    try:
+        known = accepted_kwargs(cfg.name)
+    except UnusableEnvError as exc:  # a PettingZoo module or function that is not there: name --env as typed
+        raise ConfigError(f"{labels.get('env.name', 'env.name')}: {exc}") from exc
     for key in cfg.kwargs:
-        if key not in known:
+        if ANY_KWARG not in known and key not in known:
             dotted = f"env.kwargs.{key}"
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -71,13 +79,18 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
     shown = (f"{typed[0].removeprefix('env.kwargs.')}={cfg.kwargs.get(typed[0].removeprefix('env.kwargs.'))!r}"
              if len(typed) == 1 else repr(dict(cfg.kwargs)))
     try:
-        env = make_env(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
+        try:
+            env = make_env(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
+        except UnusableEnvError as exc:  # an AEC env, continuous actions, ...: the env itself, not its settings
+            raise ConfigError(f"{labels.get('env.name', 'env.name')}: {exc}") from exc
         try:
             env.reset(seed=0)
             env.step(np.zeros(len(env.spec.learner_ids), dtype=np.int64))
             spec = env.spec
         finally:
             env.close()
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure of the library's own code means these settings are unusable
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise ConfigError(f"{where}: expected settings {cfg.name} can run, got {shown} "

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from suPER.config import EnvConfig
+from suPER.config import EnvConfig, env_key
 from suPER.envs.base import MultiAgentEnv, OpponentPolicy
 from suPER.envs.batched import LockstepBatch
 from suPER.envs.record import ENVS, env_record
@@ -28,7 +28,7 @@ from suPER.envs.record import ENVS, env_record
 
 def has_network_opponent(cfg: EnvConfig) -> bool:
     """True when ``cfg``'s opponent team is a weights file (``pretrained`` or a PATH), not random / learning."""
-    return cfg.name in ENVS and env_record(cfg.name).has_opponents and cfg.opponent not in env_record(
+    return env_key(cfg.name) in ENVS and env_record(cfg.name).has_opponents and cfg.opponent not in env_record(
         cfg.name).opponent_kinds
 
 
@@ -49,9 +49,10 @@ def build_adapter(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPol
         ValueError: unknown env name, or a network opponent without ``opponent``.
     """
     rec = env_record(cfg.name)
-    cls = ENVS[cfg.name]
+    cls = ENVS[rec.name]
     if not rec.has_opponents:
-        return cls(dict(cfg.kwargs), horizon=cfg.horizon)  # type: ignore[no-any-return]
+        named = {"name": cfg.name} if rec.generic else {}
+        return cls(dict(cfg.kwargs), horizon=cfg.horizon, **named)  # type: ignore[no-any-return]
     if opponent is None and cfg.opponent not in rec.opponent_kinds:
         raise ValueError(f"env.opponent: {cfg.opponent!r} needs a network opponent; build the env with "
                          f"suPER.envs.make_env (or pass opponent=), or use one of {', '.join(rec.opponent_kinds)}")
@@ -169,7 +170,7 @@ def make_batched_env(cfg: EnvConfig, num_games: int, device: str = "cpu") -> Any
         ValueError: the env has no batched version.
     """
     batched = [n for n, cls in ENVS.items() if cls.record.batched]
-    if cfg.name not in batched:
+    if env_key(cfg.name) not in batched:
         raise ValueError(f"env.name: a batched env exists for {', '.join(batched)}, got {cfg.name!r}")
     module, cls = str(env_record(cfg.name).batched).split(":")
     return getattr(importlib.import_module(module), cls)(dict(cfg.kwargs), num_games, horizon=cfg.horizon,

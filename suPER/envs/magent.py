@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from suPER.envs.base import EnvSpec, OpponentPolicy, RandomOpponent, StepResult
-from suPER.envs.record import EnvRecord
+from suPER.envs.record import EnvRecord, own_record
 
 
 class MAgentEnv:
@@ -126,7 +126,7 @@ class MAgentEnv:
             learner_n, opponent_n = self._native_n[learner_ids[0]], self._native_n[self.opponent_team_ids[0]]
         self.pad_like_original = pad_like_original
         self.spec = EnvSpec(
-            name=self.record.name,
+            name=own_record(type(self)).name,
             learner_ids=learner_ids,
             opponent_ids=opponent_ids,
             obs_shape=learner_obs,
@@ -134,6 +134,7 @@ class MAgentEnv:
             obs_dtype=np.float16,
             n_actions=learner_n,
             team=f"{opponent_team}+{team}" if self.self_play else team,
+            cell_codes=True,
         )
         self.opponent_obs_shape: tuple[int, ...] = opponent_obs
         """one opponent's observation shape as given to the opponent policy"""

@@ -28,7 +28,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 
 from suPER.envs.base import EnvSpec, StepResult
-from suPER.envs.record import EnvRecord
+from suPER.envs.record import EnvRecord, own_record
 
 
 def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int, name: str = "pursuit") -> EnvSpec:
@@ -47,6 +47,7 @@ def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int
         obs_dtype=np.uint8 if max_count <= np.iinfo(np.uint8).max else np.uint16,
         n_actions=n_actions,
         team="pursuer",
+        cell_codes=True,
     )
 
 
@@ -193,7 +194,7 @@ class PursuitEnv:
         game = self._game
         n = game.n_pursuers
         r = game.obs_range
-        self.spec = pursuit_spec(n, game.n_evaders, r, int(game.act_dims[0]), self.record.name)
+        self.spec = pursuit_spec(n, game.n_evaders, r, int(game.act_dims[0]), own_record(type(self)).name)
         # Padded copy of |model_state[0:3]| with the game's out-of-map fill (walls=1, counts=0), so
         # every pursuer's window is a plain slice; the border never changes, only the interior.
         self._off = game.obs_offset

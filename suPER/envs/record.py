@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from suPER.config import env_yaml_path
+from suPER.config import PETTINGZOO_SPELLING, env_key, env_yaml_path
 
 OutcomeFn = Callable[[int, int, float], int]
 """(team alive, opponent alive, opponent team return) at the end of an episode -> +1 the learning team won,
@@ -39,6 +39,12 @@ shipped ``experiments/opponents/<key>.safetensors``) or a PATH to a team file (`
 
 class EnvRegistrationError(TypeError):
     """An adapter's record is missing a fact or states an impossible one (a programming error)."""
+
+
+class UnusableEnvError(ValueError):
+    """The env an ``env.name`` names cannot be adapted: a PettingZoo module that does not import, a function it
+    lacks, an AEC env, a continuous action space. The message reads ``expected ..., got ...`` without the key;
+    the caller prefixes the flag as typed (``suPER.envs.check.probe_env``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +70,11 @@ class EnvRecord:
     batched: str | None = None
     """``module:Class`` of a ``BatchedMultiAgentEnv`` version (E games as tensors on a device), imported
     lazily by ``make_batched_env`` because it needs torch; None: no batched version"""
+    generic: bool = False
+    """one adapter for many library envs, each with its own name, which ``suPER.config.env_key`` maps to this
+    record (``pz-<module>`` -> ``pettingzoo``, so far the one generic adapter): its constructor and
+    ``constructor_kwargs`` take the env's name as ``name=``, its spec carries that name, and its settings file is
+    ``experiments/envs/<name>/defaults.yaml``"""
 
     @property
     def opponent_kinds(self) -> tuple[str, ...]:
@@ -82,6 +93,23 @@ def snake_case(class_name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", class_name.removesuffix("Env")).lower()
 
 
+def own_record(cls: type) -> EnvRecord:
+    """The record ``cls`` declares itself, never one inherited: a subclass of an adapter is another env, and under
+    its parent's record it would run with the parent's name and facts (every lookup by ``spec.name`` would find
+    the parent). Adapters name their spec with it.
+
+    Raises:
+        EnvRegistrationError: ``cls`` declares no ``record = EnvRecord(...)`` of its own.
+    """
+    rec = cls.__dict__.get("record")
+    if not isinstance(rec, EnvRecord):
+        parent = getattr(cls, "record", None)
+        inherited = f" (it would inherit {parent.name!r}'s)" if isinstance(parent, EnvRecord) else ""
+        raise EnvRegistrationError(f"{cls.__module__}.{cls.__qualname__}: expected a class attribute record = "
+                                   f"EnvRecord(...) of its own{inherited}, found {cls.__dict__.get('record')!r}")
+    return rec
+
+
 def register(cls: type) -> type:
     """Add an adapter class to ``ENVS`` after checking its record.
 
@@ -96,9 +124,7 @@ def register(cls: type) -> type:
             missing YAML file, a missing adapter method, a missing opponent fact, a malformed batched path.
     """
     where = f"{cls.__module__}.{cls.__qualname__}"
-    rec = cls.__dict__.get("record")
-    if not isinstance(rec, EnvRecord):
-        raise EnvRegistrationError(f"{where}: expected a class attribute record = EnvRecord(...), found {rec!r}")
+    rec = own_record(cls)
 
     def require(ok: bool, fact: str, expected: str, got: Any) -> None:
         if not ok:
@@ -108,6 +134,9 @@ def register(cls: type) -> type:
             f"name without Env)", rec.name)
     require(rec.name not in ENVS, "name", "a key not registered yet", rec.name)
     require(env_yaml_path(rec.name).is_file(), "name", f"a YAML file {env_yaml_path(rec.name)}", rec.name)
+    require(not rec.generic or env_yaml_path(rec.name).name == "defaults.yaml", "generic",
+            f"a settings folder experiments/envs/{rec.name}/defaults.yaml (its envs are not names of their own)",
+            rec.generic)
     missing = [m for m in _ADAPTER_METHODS if not callable(getattr(cls, m, None))]
     require(not missing, "name", f"an adapter with {', '.join(_ADAPTER_METHODS)}", f"{cls.__name__} without "
             f"{', '.join(missing)}")
@@ -131,15 +160,22 @@ def register(cls: type) -> type:
 
 
 def env_record(name: str) -> EnvRecord:
-    """The record of a registered env.
+    """The record of a registered env, or of the generic adapter a name belongs to (``pz-...`` -> ``pettingzoo``).
 
     Raises:
-        ValueError: ``name`` is not registered (the message lists the registered keys).
+        ValueError: ``name`` is not registered (the message lists the registered names).
     """
-    if name not in ENVS:
-        raise ValueError(f"env.name: expected one of {', '.join(ENVS)}, got {name!r}")
-    rec: EnvRecord = ENVS[name].record
+    key = env_key(name)
+    if key not in ENVS:
+        named = [n for n, cls in ENVS.items() if not cls.record.generic]
+        raise ValueError(f"env.name: expected one of {', '.join(named)} or {PETTINGZOO_SPELLING}, got {name!r}")
+    rec: EnvRecord = ENVS[key].record
     return rec
+
+
+def adapter_class(name: str) -> Any:
+    """The adapter class that builds env ``name`` (``env_record``'s)."""
+    return ENVS[env_record(name).name]
 
 
 def opponent_env_names() -> tuple[str, ...]:
@@ -149,4 +185,4 @@ def opponent_env_names() -> tuple[str, ...]:
 
 def sender_side_priorities(name: str | None) -> bool:
     """``record.sender_side_priorities`` of a registered env; False for any other (e.g. a user's RLlib env)."""
-    return bool(name in ENVS and env_record(str(name)).sender_side_priorities)
+    return bool(name is not None and env_key(name) in ENVS and env_record(name).sender_side_priorities)

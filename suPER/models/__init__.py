@@ -11,6 +11,7 @@ from suPER.models.qnet import (
     conv_flat_size,
     copy_reference_into,
     reference_from_batched,
+    resolve_body,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "conv_flat_size",
     "copy_reference_into",
     "reference_from_batched",
+    "resolve_body",
 ]

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from suPER.models.qnet import BatchedQNet, BodyKind, copy_into_slices
+from suPER.models.qnet import BatchedQNet, BodyChoice, copy_into_slices
 
 
 class PackedQNet(BatchedQNet):
@@ -40,15 +40,15 @@ class PackedQNet(BatchedQNet):
     Args:
         n_runs: R.
         n_policies_per_run: N (1 for parameter-sharing runs).
-        obs_shape: one observation, (H, W, C).
+        obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body.
         n_actions: actions per policy.
-        body: ``"conv"`` or ``"mlp"``.
+        body: ``"conv"``, ``"mlp"`` or ``"auto"`` (``suPER.models.qnet.resolve_body``).
         dueling: dueling heads.
         hiddens: head width.
     """
 
-    def __init__(self, n_runs: int, n_policies_per_run: int, obs_shape: tuple[int, int, int], n_actions: int,
-                 body: BodyKind = "conv", dueling: bool = True, hiddens: int = 256) -> None:
+    def __init__(self, n_runs: int, n_policies_per_run: int, obs_shape: tuple[int, ...], n_actions: int,
+                 body: BodyChoice = "conv", dueling: bool = True, hiddens: int = 256) -> None:
         if n_runs < 1 or n_policies_per_run < 1:
             raise ValueError(f"n_runs and n_policies_per_run must be >= 1, got {n_runs}, {n_policies_per_run}")
         self.n_runs, self.n_per_run = int(n_runs), int(n_policies_per_run)

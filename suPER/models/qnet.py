@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 BodyKind = Literal["conv", "mlp"]
+BodyChoice = Literal["conv", "mlp", "auto"]
+"""``dqn.model``: a body, or ``auto`` (``resolve_body``)"""
 
 CONV_CHANNELS = (32, 64, 64)
 """output channels of the three 2x2, stride-1, unpadded convs of the conv body"""
@@ -40,6 +42,22 @@ CONV_FC = 64
 """width of the dense layer after the conv stack"""
 MLP_HIDDENS = (64, 64)
 """tanh layers of the mlp body (RLlib fcnet_hiddens [64, 64] with no_final_linear)"""
+
+
+def resolve_body(body: str, obs_shape: tuple[int, ...]) -> BodyKind:
+    """The body a ``dqn.model`` value builds for observations of ``obs_shape``: ``auto`` is conv for images
+    (H, W, C) the conv stack fits (H, W > 3), mlp for any other shape (vectors, (rows, features) tables, small
+    grids); conv and mlp are themselves (a misfit is ``_check_config``'s error)."""
+    if body != "auto":
+        return body  # type: ignore[return-value]
+    return "conv" if conv_fits(obs_shape) else "mlp"
+
+
+def conv_fits(obs_shape: tuple[int, ...]) -> bool:
+    """Whether the conv body takes observations of ``obs_shape``: an image (H, W, C) with H, W > 3 (three unpadded
+    2x2 convs)."""
+    shrink = len(CONV_CHANNELS) * (CONV_KERNEL - 1)
+    return len(obs_shape) == 3 and min(int(obs_shape[0]), int(obs_shape[1])) > shrink
 
 
 def _check_config(
@@ -131,7 +149,8 @@ class ReferenceQNet(nn.Module):
     Args:
         obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body.
         n_actions: size of the discrete action space.
-        body: ``"conv"`` (the paper's per-env conv body) or ``"mlp"`` (``--fully_connected``).
+        body: ``"conv"`` (the paper's per-env conv body), ``"mlp"`` (``--fully_connected``) or ``"auto"``
+            (``resolve_body``).
         dueling: use the dueling value/advantage heads.
         hiddens: width of the conv body's output and of each head's hidden layer.
     """
@@ -140,11 +159,12 @@ class ReferenceQNet(nn.Module):
         self,
         obs_shape: tuple[int, ...],
         n_actions: int,
-        body: BodyKind = "conv",
+        body: BodyChoice = "conv",
         dueling: bool = True,
         hiddens: int = 256,
     ) -> None:
         super().__init__()
+        body = resolve_body(body, obs_shape)
         self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
         self.n_actions = int(n_actions)
         self.body = body
@@ -280,7 +300,7 @@ class BatchedQNet(nn.Module):
         n_policies: P, the number of independent policies.
         obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body.
         n_actions: size of each policy's discrete action space.
-        body: ``"conv"`` or ``"mlp"`` (see ``ReferenceQNet``).
+        body: ``"conv"``, ``"mlp"`` or ``"auto"`` (see ``ReferenceQNet``).
         dueling: use the dueling value/advantage heads.
         hiddens: width of the conv body's output and of each head's hidden layer.
     """
@@ -295,7 +315,7 @@ class BatchedQNet(nn.Module):
         n_policies: int,
         obs_shape: tuple[int, ...],
         n_actions: int,
-        body: BodyKind = "conv",
+        body: BodyChoice = "conv",
         dueling: bool = True,
         hiddens: int = 256,
     ) -> None:
@@ -303,6 +323,7 @@ class BatchedQNet(nn.Module):
         if n_policies < 1:
             raise ValueError(f"n_policies must be >= 1, got {n_policies}")
         self.n_policies = P = int(n_policies)
+        body = resolve_body(body, obs_shape)
         self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
         self.n_actions = int(n_actions)
         self.body = body

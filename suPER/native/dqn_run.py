@@ -24,7 +24,7 @@ import torch
 from suPER.arrays import concatenate
 from suPER.config import ConfigError, ExperimentConfig
 from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
-from suPER.envs import StepResult, env_record
+from suPER.envs import EnvSpec, StepResult, env_record
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
 from suPER.native.dqn_loss import priorities, q_of_actions, td_target, weighted_loss
@@ -90,7 +90,7 @@ class DQNRun:
             init_net.load_state_dict(load_init_team(d.init_from, init_net))
         rng = np.random.default_rng(seed + EXPLORATION_SEED_OFFSET)
         buffer = (make_buffer(n_pol, loop) if make_buffer is not None
-                  else replay_buffer(cfg, n_agents, n_pol, spec.obs_shape, spec.obs_dtype))
+                  else replay_buffer(cfg, n_agents, n_pol, spec))
         # relay (SUPER): sharing is between policies, so parameter sharing makes it a no-op
         relay = None
         sender_side = env_record(spec.name).sender_side_priorities
@@ -237,19 +237,22 @@ class DQNRun:
         return {k: state[k] for k in NETWORK_KEYS}
 
 
-def replay_buffer(cfg: ExperimentConfig, n_agents: int, n_pol: int, obs_shape: tuple[int, ...], obs_dtype: Any,
+def replay_buffer(cfg: ExperimentConfig, n_agents: int, n_pol: int, spec: EnvSpec,
                   device: torch.device | None = None) -> MultiAgentPER | TorchPER:
     """P independent prioritized buffers with their own generator (``seed + REPLAY_SEED_OFFSET``).
 
     On ``device``: ``TorchPER`` tensors there. On the host: ``CompactPER`` (``run.replay_layout: compact``, next
-    observations linked to the same agent's next row, streams = agents) or ``MultiAgentPER`` (``plain``); both
-    draw identical samples. With parameter sharing the one buffer gets N x batch rows (``dqn.shared_batch``).
+    observations linked to the same agent's next row, streams = agents; cells as codes where ``spec.cell_codes``
+    says they repeat) or ``MultiAgentPER`` (``plain``); both draw identical samples. With parameter sharing the one
+    buffer gets N x batch rows (``dqn.shared_batch``).
     """
     d, per = cfg.dqn, replay_buffer_kwargs(cfg)
+    obs_shape, obs_dtype = spec.obs_shape, spec.obs_dtype
     if device is not None:
         return TorchPER(n_pol, d.buffer_size, obs_shape, obs_dtype, device=device, **per)
     if cfg.run.replay_layout == "compact":
-        return CompactPER(n_pol, d.buffer_size, obs_shape, obs_dtype, n_streams=n_agents, **per)
+        return CompactPER(n_pol, d.buffer_size, obs_shape, obs_dtype, n_streams=n_agents,
+                          codec=None if spec.cell_codes else False, **per)
     return MultiAgentPER(n_pol, d.buffer_size, obs_shape, obs_dtype, **per)
 
 

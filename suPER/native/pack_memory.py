@@ -37,7 +37,7 @@ ADAM_COPIES = 5
 
 
 def replay_bytes(n_policies: int, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any, layout: str = "plain",
-                 n_streams: int | None = None, horizon: int = 500) -> int:
+                 n_streams: int | None = None, horizon: int = 500, cell_codes: bool = True) -> int:
     """Bytes of a ``MultiAgentPER`` (``layout="plain"``) or ``CompactPER`` (``"compact"``) at full capacity.
 
     Args:
@@ -47,6 +47,7 @@ def replay_bytes(n_policies: int, capacity: int, obs_shape: tuple[int, ...], obs
         layout: plain | compact (``run.replay_layout``).
         n_streams: compact layout's streams (agents); default ``P``.
         horizon: episode length (the compact layout keeps one extra frame per episode end).
+        cell_codes: the env's ``spec.cell_codes`` (False: the compact layout stores values, not codes).
     """
     from suPER.replay.compact import CellCodec
 
@@ -60,7 +61,7 @@ def replay_bytes(n_policies: int, capacity: int, obs_shape: tuple[int, ...], obs
     if layout != "compact":
         raise C.ConfigError(f"run.replay_layout: expected plain or compact, got {layout!r}")
     S = P if n_streams is None else int(n_streams)
-    coded = CellCodec.applies(tuple(obs_shape), dt)
+    coded = cell_codes and CellCodec.applies(tuple(obs_shape), dt)
     frame = math.prod(obs_shape[:-1]) * 2 if coded else math.prod(obs_shape) * dt.itemsize
     extra = max(min(P * N, 64), P * -(-N // max(1, horizon)))
     palette = CellCodec.MAX_CODES * (obs_shape[-1] * dt.itemsize + 8 + 2) if coded else 0
@@ -79,7 +80,7 @@ def run_memory_bytes(cfg: C.ExperimentConfig, spec: Any) -> int:
     on_device = cfg.run.replay_device == "device" or (cfg.run.replay_device == "auto" and cfg.run.device != "cpu")
     replay = replay_bytes(n_pol, d.buffer_size, spec.obs_shape, spec.obs_dtype,
                           "plain" if on_device else cfg.run.replay_layout,
-                          n_streams=spec.n_agents, horizon=cfg.env.horizon)
+                          n_streams=spec.n_agents, horizon=cfg.env.horizon, cell_codes=spec.cell_codes)
     return int(replay + ADAM_COPIES * params)
 
 

@@ -411,8 +411,7 @@ def _build_run(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None, 
     """
     def make_buffer(n_pol: int, loop: RunLoop) -> MultiAgentPER | TorchPER:
         if shared is None or replay_device is None:
-            return replay_buffer(cfg, loop.spec.n_agents, n_pol, loop.spec.obs_shape, loop.spec.obs_dtype,
-                                 replay_device)
+            return replay_buffer(cfg, loop.spec.n_agents, n_pol, loop.spec, replay_device)
         d = cfg.dqn
         return shared.part(r, n_pol, d.buffer_size, loop.spec.obs_shape, loop.spec.obs_dtype, replay_device,
                            **replay_buffer_kwargs(cfg))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,18 +26,23 @@ from suPER.opponents import OPPONENTS_DIR, NetworkOpponent
 
 
 def test_registry_keys_are_the_env_yaml_files() -> None:
-    assert set(ENVS) == set(C.ENV_NAMES)  # an adapter needs its YAML (register), a YAML its adapter (here)
+    generic = {n for n in ENVS if env_record(n).generic}
+    # an adapter needs its YAML (register), a YAML its adapter (here); a generic adapter's file is its folder's
+    assert set(ENVS) - generic == set(C.ENV_NAMES) and generic == {C.PETTINGZOO}
+    assert all(C.env_yaml_path(n) == C.EXPERIMENTS_DIR / "envs" / n / "defaults.yaml" for n in generic)
     assert C.ENV_NAMES[:3] == C.PAPER_ENVS
     assert opponent_env_names() == tuple(n for n in ENVS if env_record(n).has_opponents)
 
 
-@pytest.mark.parametrize("name", list(ENVS))
-def test_every_registered_env_builds_steps_and_has_its_data(name: str) -> None:
+def test_every_registered_env_builds_steps_and_has_its_data(env_name: str) -> None:
+    """Every env by name (``tests/conftest.py``: the named envs and the ones registered at run time)."""
+    name = env_name
     rec = env_record(name)
     cfg = replace(C.resolve(name, "ddqn").env, opponent="random", horizon=4)
     env = make_env(cfg, seed=3)
     try:
-        assert env.spec.name == name == rec.name
+        assert env.spec.name == name == cfg.name and rec.name == C.env_key(name)  # lookups by spec.name find rec
+        assert env_record(env.spec.name) is rec
         info = env_info(name)
         assert info["learner_ids"] == list(env.spec.learner_ids)
         assert info["obs_shape"] == list(env.spec.obs_shape) and info["n_actions"] == env.spec.n_actions
@@ -140,7 +146,8 @@ def test_an_adapter_without_its_library_arguments_is_refused(scratch_registry: d
 
 
 def test_unknown_names_fail_with_the_registered_ones() -> None:
-    with pytest.raises(ValueError, match=f"env.name: expected one of {', '.join(C.ENV_NAMES)}, got 'chess'"):
+    with pytest.raises(ValueError, match=re.escape(f"env.name: expected one of {', '.join(C.ENV_NAMES)} or "
+                                                   f"{C.PETTINGZOO_SPELLING}, got 'chess'")):
         env_record("chess")
     assert not R.sender_side_priorities("chess") and not R.sender_side_priorities(None)
 
@@ -165,3 +172,30 @@ def test_a_subclass_with_its_own_record_names_its_spec_by_it() -> None:
         assert parent.spec.name == "pursuit"
     finally:
         parent.close()
+
+
+def test_a_subclass_without_its_own_record_is_refused_not_run_as_its_parent(scratch_registry: dict[str, Any]) -> None:
+    """A subclass that forgot its record would run as pursuit (spec.name 'pursuit', pursuit's facts in every
+    lookup by name): building or registering it is refused; with its own record it is found under its own name."""
+    from suPER.envs.pursuit import PursuitEnv
+
+    small = {"x_size": 8, "y_size": 8, "n_evaders": 3, "n_pursuers": 2}
+
+    class QuietPursuitEnv(PursuitEnv):
+        pass
+
+    with pytest.raises(EnvRegistrationError, match="of its own \\(it would inherit 'pursuit''s\\)"):
+        QuietPursuitEnv(small, horizon=10)
+    with pytest.raises(EnvRegistrationError, match="of its own"):
+        R.register(QuietPursuitEnv)
+
+    class TinyGridEnv(PursuitEnv):
+        record = replace(PursuitEnv.record, name="tiny_grid", batched=None)
+
+    R.register(TinyGridEnv)
+    env = TinyGridEnv(small, horizon=10)
+    try:
+        assert env.spec.name == "tiny_grid" and env_record(env.spec.name) is TinyGridEnv.record
+        assert env_record(env.spec.name) is not PursuitEnv.record
+    finally:
+        env.close()

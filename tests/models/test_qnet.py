@@ -17,7 +17,9 @@ from suPER.models import (
     conv_flat_size,
     copy_reference_into,
     reference_from_batched,
+    resolve_body,
 )
+from suPER.models.packed import PackedQNet
 
 # (obs_shape HWC, n_actions): pursuit, battle, adversarial pursuit
 ENVS = [((7, 7, 3), 5), ((13, 13, 5), 21), ((10, 10, 5), 13)]
@@ -370,3 +372,19 @@ def test_the_mlp_body_takes_any_observation_shape(obs_shape: tuple[int, ...]) ->
     if len(obs_shape) != 3:
         with pytest.raises(ValueError, match=r"conv body needs observations of shape \(H, W, C\).*--model mlp"):
             BatchedQNet(1, obs_shape, 5, body="conv")
+
+
+@pytest.mark.parametrize("shape,body", [((18,), "mlp"), ((27, 5), "mlp"), ((3, 3, 2), "mlp"), ((2, 3, 4, 5), "mlp"),
+                                        ((7, 7, 3), "conv"), ((13, 13, 5), "conv")])
+def test_auto_builds_conv_for_images_and_the_mlp_for_any_other_shape(shape: tuple[int, ...], body: str) -> None:
+    """``dqn.model: auto`` (the PettingZoo envs' default): conv where the conv stack fits an (H, W, C) image, the MLP
+    for vectors, tables, small grids and higher ranks; the MLP itself takes any shape, in packs too."""
+    assert resolve_body("auto", shape) == body and resolve_body("mlp", shape) == "mlp"
+    for net in (BatchedQNet(2, shape, 4, body="auto", hiddens=8), PackedQNet(2, 1, shape, 4, body="auto", hiddens=8)):
+        assert net.body == body and net(torch.rand(2, 3, *shape)).shape == (2, 3, 4)
+    assert ReferenceQNet(shape, 4, body="auto", hiddens=8).body == body
+    mlp = BatchedQNet(2, shape, 4, body="mlp", hiddens=8)
+    assert mlp.fc1.weight.shape == (2, math.prod(shape), 64) and mlp(torch.rand(2, 1, *shape)).shape == (2, 1, 4)
+    if body == "mlp" and len(shape) != 3:
+        with pytest.raises(ValueError, match=r"needs observations of shape \(H, W, C\).*--model mlp"):
+            BatchedQNet(2, shape, 4, body="conv")

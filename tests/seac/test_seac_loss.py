@@ -107,3 +107,14 @@ def test_batched_nets_are_independent(body: str) -> None:
     for prm in net.parameters():
         g = prm.grad.unflatten(0, (3, -1))
         assert g[0].abs().sum() == 0 and g[1].abs().sum() == 0
+
+
+@pytest.mark.parametrize("shape", [(18,), (27, 5), (2, 3, 4, 5)])
+def test_the_mlp_body_takes_any_observation_shape(shape: tuple[int, ...]) -> None:
+    """Vector and table observations (PettingZoo envs) train SEAC with its MLP; the conv body still needs (H, W, C)."""
+    net = SEACNet(3, shape, 4, body="mlp")
+    logits, values = net(torch.rand(3, 5, *shape))
+    assert logits.shape == (3, 5, 4) and values.shape == (3, 5)
+    assert net.actor1.weight.shape == (3, math.prod(shape), 64)
+    with pytest.raises(ValueError, match="seac.model=mlp"):
+        SEACNet(3, shape, 4, body="conv")

@@ -1,0 +1,89 @@
+"""A tiny PettingZoo parallel env with vector observations, for the generic adapter's tests (not a test module).
+
+Three walkers on a line of ``size`` cells, each with its own target cell. Each step a walker moves left, stays or
+moves right (the last walker only has left and stay: its action space is smaller), gets ``-distance / size``, and
++1 and terminates (leaves ``agents``) when it reaches its target. Observations are ``[position, target, time]``
+scaled to [0, 1], plus the walker's index for all but the last walker (shapes (4,) and (3,): the adapter pads).
+Truncated at ``max_cycles``. Deterministic given the reset seed.
+
+Used as ``--env pettingzoo:tests.envs.tiny_pz:parallel_env`` (run from the repository root).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo.utils.env import ParallelEnv
+
+
+class TinyLine(ParallelEnv):
+    """Walkers reaching their targets on a line (see the module docstring)."""
+
+    metadata = {"name": "tiny_line_v0", "render_modes": []}
+
+    def __init__(self, n_walkers: int = 3, size: int = 6, max_cycles: int = 30, render_mode: str | None = None):
+        if n_walkers < 2 or size < 2 or max_cycles < 1:
+            raise ValueError(f"expected n_walkers >= 2, size >= 2, max_cycles >= 1, got {n_walkers}, {size}, "
+                             f"{max_cycles}")
+        self.n_walkers, self.size, self.max_cycles = int(n_walkers), int(size), int(max_cycles)
+        self.render_mode = render_mode
+        self.possible_agents = [f"walker_{i}" for i in range(self.n_walkers)]
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+        self._pos: dict[str, int] = {}
+        self._target: dict[str, int] = {}
+        self._t = 0
+
+        # one space object per agent: the API test wants the same object on every call
+        self._obs_spaces = {a: spaces.Box(0.0, 1.0, (3 if self._last(a) else 4,), np.float32)
+                            for a in self.possible_agents}
+        self._act_spaces = {a: spaces.Discrete(2 if self._last(a) else 3) for a in self.possible_agents}
+
+    def _last(self, agent: str) -> bool:
+        return agent == self.possible_agents[-1]
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self._act_spaces[agent]
+
+    def _obs(self, agent: str) -> np.ndarray:
+        i = self.possible_agents.index(agent)
+        row = [self._pos[agent] / (self.size - 1), self._target[agent] / (self.size - 1), self._t / self.max_cycles]
+        return np.array(row if self._last(agent) else [*row, i / self.n_walkers], dtype=np.float32)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._t = 0
+        for a in self.agents:
+            self._pos[a], self._target[a] = (int(v) for v in self._rng.choice(self.size, 2, replace=False))
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._t += 1
+        rewards, terms = {}, {}
+        for a in self.agents:
+            move = int(actions.get(a, 1)) - 1  # 0 left, 1 stay, 2 right
+            self._pos[a] = int(np.clip(self._pos[a] + move, 0, self.size - 1))
+            reached = self._pos[a] == self._target[a]
+            rewards[a] = 1.0 if reached else -abs(self._pos[a] - self._target[a]) / self.size
+            terms[a] = reached
+        cut = self._t >= self.max_cycles
+        truncs = {a: cut and not terms[a] for a in self.agents}
+        obs = {a: self._obs(a) for a in self.agents}
+        infos: dict[str, dict] = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        pass
+
+
+def parallel_env(n_walkers: int = 3, size: int = 6, max_cycles: int = 30, render_mode: str | None = None) -> TinyLine:
+    """The env (``TinyLine``'s arguments)."""
+    return TinyLine(n_walkers, size, max_cycles, render_mode)
