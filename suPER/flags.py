@@ -72,8 +72,7 @@ class Flag:
 
 
 def _env_help() -> str:
-    return C.env_names_help() + " (any PettingZoo parallel env with discrete actions, e.g. " \
-        "pettingzoo:mpe2.simple_spread_v3:parallel_env)"
+    return C.env_names_help() + " (any PettingZoo parallel env with discrete actions)"
 
 
 def _algo_help() -> str:
@@ -231,11 +230,11 @@ def _keys_set_per_env() -> frozenset[str]:
 
 
 def default_text(f: Flag) -> str | None:
-    """What ``--help`` shows as the default: the config's value, ``per env`` where an env YAML sets it."""
+    """What ``--help`` shows as the default: the config's value; nothing where an env YAML sets its own."""
     if f.key is None:
         return None if f.default in (None, False, ()) else str(f.default)
     if f.key in _keys_set_per_env():
-        return "per env"
+        return None  # the env's (docs/reference.md lists each env's value)
     cls, name = _field(f.key)
     value = getattr(getattr(_DEFAULTS, f.key.split(".")[0]), name)
     if isinstance(value, bool):
@@ -245,7 +244,7 @@ def default_text(f: Flag) -> str | None:
 
 def help_text(f: Flag, where: bool = True) -> str:
     """The option's ``--help`` line: the field docstring's first sentence (keys), the choices, the extra help and,
-    with ``where``, the paper spelling and the key it sets."""
+    with ``where``, the paper spelling (``docs/reference.md`` names the key each option sets)."""
     if f.name == "env":
         parts = [f"{f.help}: {_env_help()}"]
     elif f.name == "algo":
@@ -266,8 +265,6 @@ def help_text(f: Flag, where: bool = True) -> str:
             parts.append(f.help)
     if f.paper and where:
         parts.append(f"paper: {f.paper}")
-    if f.key and where:
-        parts.append(f"sets {f.key}")
     return "; ".join(p for p in parts if p)
 
 

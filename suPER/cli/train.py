@@ -65,9 +65,8 @@ def _paper_parameters() -> list[inspect.Parameter]:
 def _config_parameter() -> inspect.Parameter:
     return inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         str | None, typer.Option("--config", metavar="FILE|JSON", rich_help_panel=FLAGS[0].panel,
-                                 help="train exactly this resolved configuration: a run's config.json (or its JSON "
-                                      "text) instead of the setting flags; only where and how it runs may be "
-                                      f"added ({', '.join('--' + n.replace('_', '-') for n in CONFIG_FILE_FLAGS)})")])
+                                 help="train exactly a run's recorded config.json (or its JSON text); only options "
+                                      "that say where and how it runs may go with it")])
 
 
 def train_signature() -> inspect.Signature:
@@ -128,7 +127,8 @@ def train(**opts: Any) -> None:
         raise typer.Exit(report(packed, outcomes))
 
 
-train.__doc__ = (train.__doc__ or "").replace("PAPER_IGNORED", ", ".join(PAPER_IGNORED))
+train.__doc__ = "\n\n".join(" ".join(paragraph.split()) for paragraph in (train.__doc__ or "").split("\n\n")).replace(
+    "PAPER_IGNORED", ", ".join(PAPER_IGNORED))  # one line per paragraph: rich keeps a docstring's line breaks
 train.__signature__ = train_signature()  # type: ignore[attr-defined]
 
 
