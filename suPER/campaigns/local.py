@@ -208,7 +208,7 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
 
     import ray
 
-    from suPER.campaigns import embedded_ray
+    from suPER import embedded_ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None

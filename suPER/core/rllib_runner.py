@@ -243,8 +243,8 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
         print("note: --eval-parallel: the RLlib backend evaluates in-process", file=sys.stderr)
     record = RunRecord(folder, logger, progress)
     # alone (not inside a grid run's Ray): the same embedded Ray as `grid run`, token auth on and stopped
-    # with the driver, SIGKILL included (suPER.campaigns.embedded_ray: why not a plain ray.init)
-    from suPER.campaigns import embedded_ray
+    # with the driver, SIGKILL included (suPER.embedded_ray: why not a plain ray.init)
+    from suPER import embedded_ray
 
     own_ray = eval_env = algo = None
     try:

@@ -1,7 +1,7 @@
 """Payoff entries and best responses as parallel Ray tasks (``--match-workers N``, ``--br-workers N``).
 
 One Ray session per population run (``RayTaskPool``): an embedded instance on this machine
-(``suPER.campaigns.embedded_ray``: token auth, stopped with the driver, SIGKILL included), or, for a run
+(``suPER.embedded_ray``: token auth, stopped with the driver, SIGKILL included), or, for a run
 submitted with ``--address`` (``--on-cluster`` in the job), the cluster the job runs in
 (``ray.init(address="auto")``). Each kind of task goes through a ``Lane``: the task function, the CPUs one
 task reserves and the most tasks in flight at once (the flag's N; 0 = no cap, on a cluster only).
@@ -87,7 +87,7 @@ class RayTaskPool:
         if on_cluster:
             ray.init(address="auto", log_to_driver=False)
         else:
-            from suPER.campaigns import embedded_ray
+            from suPER import embedded_ray
 
             self.handle = embedded_ray.start(num_cpus=max(1, num_cpus))
 
@@ -112,6 +112,6 @@ class RayTaskPool:
         if self.handle is None:
             ray.shutdown()
         else:
-            from suPER.campaigns import embedded_ray
+            from suPER import embedded_ray
 
             embedded_ray.stop(self.handle)
