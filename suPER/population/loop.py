@@ -383,7 +383,7 @@ class Population:
             if on_cluster or cfg.match_workers > 0:
                 self.match_lane = pool.matches(cfg.match_workers)
             if on_cluster or cfg.br_workers > 0:
-                self.br_lane = pool.best_responses(cfg.threads, cfg.br_workers)
+                self.br_lane = pool.lane(_best_response_task, cfg.threads, cfg.br_workers)
         try:
             return self._iterations()
         finally:
@@ -523,3 +523,15 @@ def run_folder(out: Path, cfg: PopulationConfig) -> Path:
     """``<out>/<env>__<method>[_<solver>]__s<seed>``."""
     solver = "" if cfg.solver == METHODS[cfg.method] else f"_{cfg.solver}"
     return Path(out) / f"{cfg.env}__{cfg.method}{solver}__s{cfg.seed}"
+
+
+def _best_response_task(cfg: PopulationConfig, folder: str, iteration: int, side: str,
+                        strategy: dict[str, float], own: dict[str, float]) -> dict[str, Any]:
+    """``Population.best_response`` in a Ray worker with the run's torch threads (the sequential loop's call):
+    the task of ``--br-workers`` lanes (``suPER.population.parallel``).
+
+    Returns:
+        The best response's policy card, as ``Population.best_response`` returns it.
+    """
+    set_threads(cfg.threads)
+    return Population(cfg, Path(folder), log=lambda _m: None).best_response(iteration, side, strategy, own)
