@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from suPER import config as C
-from suPER.envs.factory import make_env
 from suPER.models.qnet import BatchedQNet
+from suPER.opponents import make_env
 from suPER.runs import package_versions
 
 

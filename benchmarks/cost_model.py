@@ -65,11 +65,11 @@ def measure(env_name: str, steps: int = 200, updates: int = 6, eval_steps: int =
     import torch
 
     from suPER import config as C
-    from suPER.envs import make_env
-    from suPER.evaluation import evaluate_episodes, make_eval_batch
+    from suPER.evaluation import evaluate_episodes
     from suPER.models import BatchedQNet, clip_grad_norm_per_policy
     from suPER.native import dqn_loss
     from suPER.native.dqn_loss import q_of_actions
+    from suPER.opponents import make_env, make_eval_batch
 
     torch.set_num_threads(1)
     cfg = C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})

@@ -123,9 +123,9 @@ def _time_lockstep(batch: Any, seconds: float, seed: int = 0) -> tuple[int, floa
 
 def bench_magent(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """A MAgent env (paper settings, the shipped network opponent): one game vs E games in lockstep
-    (``suPER.envs.make_batch``: one opponent forward for all E games per step), E = ``args.magent_sizes``."""
+    (``suPER.opponents.make_batch``: one opponent forward for all E games per step), E = ``args.magent_sizes``."""
     from suPER import config as C
-    from suPER.envs import make_batch, make_env
+    from suPER.opponents import make_batch, make_env
 
     cfg = C.resolve(name).env
     rows = []
@@ -178,7 +178,7 @@ def bench_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
     Prints ``replay bytes per run at full buffers (<env>): plain <x> GB, compact <y> GB, compact/plain <r>``.
     """
     from suPER import config as C
-    from suPER.envs import make_env
+    from suPER.opponents import make_env
     from suPER.replay import CompactPER, MultiAgentPER
 
     rows = []

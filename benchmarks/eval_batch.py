@@ -10,7 +10,7 @@ Usage::
 For each env (pursuit, battle, adversarial_pursuit, with the YAML's settings and the shipped opponents) the
 native DDQN trainer's greedy batched act on a fresh paper network plays the same K seeded episodes
 (``episode_seeds``) both ways: ``run.eval_batch 0`` (one env, E = 1 per call) and ``run.eval_batch K``
-(``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv`` with one learner forward for all K games per
+(``opponents.make_eval_batch``: pursuit's ``VecPursuitEnv`` with one learner forward for all K games per
 step; MAgent: K games in lockstep with one learner and one opponent forward per step). It prints
 
     eval speedup batched/sequential (<env>): <x>x
@@ -43,9 +43,9 @@ import numpy as np
 import torch
 
 from suPER import config as C
-from suPER.envs import make_env
-from suPER.evaluation import episode_seeds, make_eval_batch, play_episodes
+from suPER.evaluation import episode_seeds, play_episodes
 from suPER.models import BatchedQNet
+from suPER.opponents import make_env, make_eval_batch
 
 ENVS = C.ENV_NAMES
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from suPER import config as C
-from suPER.envs import make_env
+from suPER.opponents import make_env
 from suPER.replay import CompactPER, MultiAgentPER
 
 

@@ -262,7 +262,7 @@ def train(
     for i in range(num_seeds):
         cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
-            from suPER.envs import check_opponent
+            from suPER.opponents import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
             check_with_env(cfg, labels)
@@ -1222,8 +1222,9 @@ def opponents_eval(
 ) -> None:
     """Play a team against an opponent for N episodes: mean returns and win rate with 95% CIs."""
     from suPER import opponents as O
-    from suPER.envs import make_batch, opponent_env_names
+    from suPER.envs import opponent_env_names
     from suPER.loop import set_threads
+    from suPER.opponents import make_batch
 
     if env not in opponent_env_names():
         raise UserError(f"--env: expected one of {', '.join(opponent_env_names())}, got {env!r}")

@@ -30,13 +30,15 @@ from typing import Any
 import torch
 
 from suPER import config as C
-from suPER.envs import env_record, make_batch, make_env, opponent_env_names
+from suPER.envs import env_record, opponent_env_names
 from suPER.models import BatchedQNet
 from suPER.opponents import (
     MATCH_BATCH,
     OPPONENTS_DIR,
     TeamMeta,
     load_team,
+    make_batch,
+    make_env,
     play,
     save_team,
     sha256,

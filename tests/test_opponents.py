@@ -17,11 +17,12 @@ from safetensors.torch import save_file
 from suPER import config as C
 from suPER import opponents as O
 from suPER.cli import main
-from suPER.envs import make_batch, make_env, opponent_env_names
+from suPER.envs import opponent_env_names
 from suPER.evaluation import episode_seeds, play_episodes
 from suPER.loop import make_eval_env
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
+from suPER.opponents import make_batch, make_env
 
 ADV_SHAPE, ADV_ACTIONS = (10, 10, 5), 13
 PREDATORS = tuple(f"predator_{i}" for i in range(4))

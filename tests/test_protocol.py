@@ -94,8 +94,8 @@ def test_parameter_sharing_batch_is_formed_as_the_original_formed_it(env: str, r
 def test_opponent_epsilon_decays_with_each_opponents_own_actions() -> None:
     """REFERENCE 8 / 3.4: under the paper protocol the frozen red team explores in training games with epsilon
     0.1 -> 0.001 over its own first 100k actions, counted per agent while alive; evaluation games stay greedy."""
-    from suPER.envs import make_env
     from suPER.loop import make_eval_env
+    from suPER.opponents import make_env
 
     cfg = C.resolve("battle", named=C.named_settings("battle", {"protocol": "paper"})[0])
     env = make_env(cfg.env, seed=1)

@@ -2,7 +2,7 @@
 
 Same inputs and outputs as ``suPER.native.dqn.train``: an ``ExperimentConfig`` in, the run folder's
 ``metrics.csv`` (the native trainer's columns), W&B through the injected logger, a ``Summary`` out.
-What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.envs.make_env``,
+What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.opponents.make_env``,
 wrapped as an RLlib ``MultiAgentEnv`` whose agents are the *learners only*; fixed opponents act
 inside the adapter, as in the native backend and the original), RLlib's Learner updates one
 ``PaperDQNTorchRLModule`` (``suPER.core.rllib_model``) per learner, and ``suPERDQN`` relays.
@@ -43,7 +43,7 @@ import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
 from suPER.core.selection import SELECTION_RULES
-from suPER.envs import make_env
+from suPER.opponents import make_env
 from suPER.runs import Logger, RunFolder, Summary
 
 if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training

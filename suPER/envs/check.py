@@ -54,7 +54,7 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
     """
     from dataclasses import replace
 
-    from suPER.envs import make_env
+    from suPER.envs.factory import build_adapter
 
     labels = labels or {}
     known = accepted_kwargs(cfg.name)
@@ -71,7 +71,7 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
     shown = (f"{typed[0].removeprefix('env.kwargs.')}={cfg.kwargs.get(typed[0].removeprefix('env.kwargs.'))!r}"
              if len(typed) == 1 else repr(dict(cfg.kwargs)))
     try:
-        env = make_env(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
+        env = build_adapter(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
         try:
             env.reset(seed=0)
             env.step(np.zeros(len(env.spec.learner_ids), dtype=np.int64))

@@ -7,7 +7,7 @@ pursuit prey) and the opponent side (red, predators), each starting with a unifo
 1. **best responses**: every training side trains a new team with the unchanged native DDQN trainer
    (``campaigns.execute``, one independent network and PER buffer per agent, SUPER relay within the team
    unless ``--no-relay``) for ``br_steps`` env steps, against the other side's meta-strategy after
-   iteration k-1: a mixture file (``suPER.population.mixture``) whose member is drawn per episode. The
+   iteration k-1: a mixture file (``suPER.opponents.mixture``) whose member is drawn per episode. The
    opponent side trains with ``env.swap_teams`` (red / predators as the learners). Both sides respond to
    the same (k-1) strategies, so their order does not matter, and ``--br-workers`` trains them as parallel
    Ray tasks (``parallel``: the same call, the same policies).
@@ -42,11 +42,11 @@ import numpy as np
 import torch
 
 from suPER import config as C
-from suPER.envs import make_env, opponent_env_names
+from suPER.envs import opponent_env_names
 from suPER.loop import set_threads
 from suPER.models import BatchedQNet
-from suPER.opponents import TeamMeta, save_team, sha256
-from suPER.population.mixture import Member, write_mixture
+from suPER.opponents import TeamMeta, make_env, save_team, sha256
+from suPER.opponents.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
 from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
 from suPER.runs import atomic_write_csv, atomic_write_json

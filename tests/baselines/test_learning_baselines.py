@@ -99,7 +99,7 @@ import pytest
 
 from suPER import config as C
 from suPER.baselines import maddpg, qmix
-from suPER.evaluation import random_team_return
+from suPER.opponents import random_team_return
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {

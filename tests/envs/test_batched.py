@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER.envs import make_batch, make_env, opponent_env_names
+from suPER.envs import opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import episode_seeds, evaluate_episodes, play_episodes
 from suPER.models import BatchedQNet
+from suPER.opponents import make_batch, make_env
 
 
 @pytest.fixture(autouse=True)

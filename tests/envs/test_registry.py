@@ -16,12 +16,11 @@ from suPER.envs import (
     EnvRegistrationError,
     env_info,
     env_record,
-    make_env,
     opponent_env_names,
 )
 from suPER.envs import record as R
 from suPER.envs.check import accepted_kwargs
-from suPER.opponents import OPPONENTS_DIR, NetworkOpponent
+from suPER.opponents import OPPONENTS_DIR, NetworkOpponent, make_env
 
 
 def test_registry_keys_are_the_env_yaml_files() -> None:

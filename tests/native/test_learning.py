@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from suPER import config as C
-from suPER.evaluation import random_team_return
 from suPER.native.dqn import train
+from suPER.opponents import random_team_return
 from suPER.runs import RunFolder, read_metrics
 
 SMALL_PURSUIT = {

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER.envs import make_env
 from suPER.native import dqn
+from suPER.opponents import make_env
 from suPER.replay import Batch, CellCodec, CompactPER, MultiAgentPER, ObsCodecError, load_replay_state
 from suPER.runs import RunFolder
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from seac.trainer import train
 from suPER import config as C
-from suPER.evaluation import random_team_return
+from suPER.opponents import random_team_return
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {

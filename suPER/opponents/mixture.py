@@ -28,7 +28,8 @@ import numpy as np
 
 from suPER import config as C
 from suPER.envs import MultiAgentEnv, OpponentPolicy, RandomOpponent
-from suPER.opponents import NetworkOpponent, OpponentFileError, load_team
+from suPER.opponents.policy import NetworkOpponent
+from suPER.opponents.team_file import OpponentFileError, load_team
 from suPER.runs import atomic_write_json
 
 FORMAT = "super-marl-mixture"
