@@ -128,7 +128,7 @@ def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
     """
     empty = np.zeros(0)
     return float(SELECTION_RULES[mode].select(empty, np.asarray(window_values, dtype=np.float64), bandwidth,
-                                              np.random.default_rng(0), {})[1])
+                                              None, {})[1])
 
 
 @dataclass
@@ -273,7 +273,8 @@ class Relay:
             if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
                 chosen = like(td, np.full(rows.size, b >= 1.0))
             else:
-                chosen, thresholds[s] = rule.select(td, hist, b, self.rng, self.params)
+                u = uniform(self.rng, tuple(td.shape), td) if rule.draws_per_row else None
+                chosen, thresholds[s] = rule.select(td, hist, b, u, self.params)
             selected[s, rows_x] = chosen
         return selected, thresholds
 
@@ -329,9 +330,10 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
 
     A pack's runs each have their own ``Relay`` (windows, generator, checkpoint); selecting them one sender at a
     time costs ``R x N`` rule calls per fragment, which on a GPU is ``R x N`` times a handful of kernel launches.
-    Batched, it is one window write, one ``select_rows`` call and, for rules that draw, one draw per run from its
-    own generator (the same numbers in the same order as sender by sender). Batched when the relays are active
-    and share the rule (with a ``select_rows``), bandwidth, parameters, window length and participants, every
+    Batched, it is one window write, one call of the rule on ``[G, T]`` rows (each rule is written along the last
+    axis, ``suPER.core.selection``) and, for rules that draw, one draw per run from its own generator (the same
+    numbers in the same order as sender by sender). Batched when the relays are active and share the rule,
+    bandwidth, parameters, window length and participants, every
     participant has all ``T`` rows of the fragment and (windowed rules) their windows are equally full and given
     stacked; otherwise relay by relay. Either way the result, the windows and the generators equal the relays'
     own ``select`` calls (``tests/core/test_relay.py``).
@@ -367,9 +369,6 @@ def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndar
     rule, b = first.rule, first.bandwidth
     part_S = np.flatnonzero(first.participants_N)
     counts = {int(rel.windows.count_N[s]) for rel in relays for s in part_S}
-    select_rows = rule.select_rows
-    if select_rows is None:
-        return None
     batched = (all(rel.active for rel in relays)
                and all(rel.rule is rule and rel.bandwidth == b and rel.params == first.params
                        and rel.windows.window == first.windows.window
@@ -404,7 +403,7 @@ def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndar
         u = None
         if rule.draws_per_row:  # each run's generator, its senders in order: the numbers of sender-by-sender draws
             u = concatenate([uniform(rel.rng, (len(part_S), T), td_RST) for rel in relays])
-        chosen, c = select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
+        chosen, c = rule.select(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
         selected[:, S] = chosen.reshape(R, len(part_S), T)
         thresholds[:, S] = c.reshape(R, len(part_S))
     return selected, thresholds

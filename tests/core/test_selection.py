@@ -19,7 +19,7 @@ RULES = sorted(SELECTION_RULES)
 def topk(td: list[float], k: int) -> tuple[list[int], float]:
     rule = SELECTION_RULES["topk"]
     td_arr = np.array(td, dtype=np.float64)
-    chosen, c = rule.select(td_arr, td_arr, 0.5, np.random.default_rng(0), {"k": k})
+    chosen, c = rule.select(td_arr, td_arr, 0.5, None, {"k": k})
     return np.flatnonzero(chosen).tolist(), c
 
 
