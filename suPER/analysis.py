@@ -51,6 +51,7 @@ import numpy as np
 from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
+from suPER.resolve import from_dict
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
@@ -430,7 +431,7 @@ def random_env_config(env_cfg: dict[str, Any]) -> dict[str, Any]:
     from suPER import config as C
 
     try:
-        full = dataclasses.asdict(C.from_dict({"env": env_cfg}).env)
+        full = dataclasses.asdict(from_dict({"env": env_cfg}).env)
     except (C.ConfigError, TypeError, ValueError):
         full = dict(env_cfg)
     return {k: v for k, v in full.items() if k not in TRAINING_ONLY_ENV_FIELDS}
@@ -454,7 +455,6 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
     Args:
         log: called with a line before each measurement (what is measured, for how long roughly).
     """
-    from suPER import config as C
 
     cache = Path(cache)
     stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
@@ -474,7 +474,7 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
 
             if log is not None:
                 log(f"random-policy return of {c.env} ({key}): measuring {episodes} episodes")
-            env = C.from_dict({"env": env_cfg}).env
+            env = from_dict({"env": env_cfg}).env
             env = dataclasses.replace(env, opponent_epsilon=env.eval_opponent_epsilon, opponent_epsilon_timesteps=0)
             value = random_team_return(env, episodes=episodes)
             known[key] = stored[key] = {

@@ -20,8 +20,9 @@ import typer
 from suPER import config as C
 from suPER.algorithms import ALGORITHMS, BACKENDS, algos_help
 from suPER.core.selection import modes_help, rule_params
+from suPER.resolve import resolve
 
-_RULE_PARAMS_HELP = ", ".join(f"relay.{p.name} ({p.help})" for p in rule_params()) or "none"
+_RULE_PARAMS_HELP = ", ".join(f"relay.params.{p.name} ({p.help})" for p in rule_params()) or "none"
 """The registered selection rules' own parameters, for ``--super-mode``'s help."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -182,7 +183,7 @@ def train(
         "core; same rows; paper: --eval_in_parallel)")] = None,
     super_: Annotated[bool, typer.Option("--super/--no-super", help="SUPER relay (paper: --suPER True); --super-mode, "
                                          "--bandwidth, --window and --team need it")] = False,
-    super_mode: Annotated[str | None, typer.Option("--super-mode", help=f"selection rule: {modes_help()} (rule parameters: --set relay.<param>, e.g. {_RULE_PARAMS_HELP})")] = None,
+    super_mode: Annotated[str | None, typer.Option("--super-mode", help=f"selection rule: {modes_help()} (rule parameters: --set relay.params.<param>, e.g. {_RULE_PARAMS_HELP})")] = None,
     bandwidth: Annotated[float | None, typer.Option(help="fraction of fresh transitions relayed, in [0, 1]")] = None,
     window: Annotated[int | None, typer.Option(help="|TD| window length for quantile/gaussian")] = None,
     team: Annotated[str | None, typer.Option(help="who relays: id substring or comma list (paper: --team_sharing)")] = None,
@@ -260,7 +261,7 @@ def train(
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     packed: list[C.ExperimentConfig] = []
     for i in range(num_seeds):
-        cfg = C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
+        cfg = resolve(env, algo, overrides=overrides, named={**named, "run.seed": seed + i}, labels=labels)
         if i == 0:
             from suPER.opponents import check_opponent
 
@@ -1233,9 +1234,9 @@ def opponents_eval(
     if threads < 0:
         raise UserError(f"--threads: expected an integer >= 0, got {threads}")
     set_threads(threads)
-    cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
-                                        "env.opponent_allow_pickle": allow_pickle},
-                    labels={"env.opponent": "--opponent", "env.opponent_epsilon": "--opponent-epsilon"})
+    cfg = resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
+                                      "env.opponent_allow_pickle": allow_pickle},
+                  labels={"env.opponent": "--opponent", "env.opponent_epsilon": "--opponent-epsilon"})
     e = make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)
     try:
         s = O.play(e, O.team_policy(team, e, seed, allow_pickle), episodes, seed).summary(seed)

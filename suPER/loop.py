@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.config import ConfigError, ExperimentConfig, RunConfig, without_volatile
+from suPER.config import ConfigError, ExperimentConfig, RunConfig
 from suPER.envs import MultiAgentEnv
 from suPER.envs.base import BatchedMultiAgentEnv
 from suPER.evaluation import (
@@ -72,6 +72,7 @@ from suPER.evaluation import (
 )
 from suPER.forked import ForkedCall, ForkedCallError, fork_supported
 from suPER.opponents import make_env, make_eval_batch
+from suPER.resolve import without_volatile
 from suPER.runs import (
     CSVMetrics,
     Logger,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from suPER.cli import translate_paper_args
+from suPER.resolve import resolve
 
 CLI = [sys.executable, "-m", "suPER.cli"]
 
@@ -91,15 +92,14 @@ def test_finished_run_is_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_legacy_switch_turns_on_every_documented_quirk() -> None:
-    from suPER import config as C
     from suPER.cli import legacy_settings
 
-    cfg = C.resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
+    cfg = resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
     assert cfg.relay.mode == "gaussian_variance"  # variance as the gaussian scale (REFERENCE 14.2)
     assert cfg.env.truncation_is_terminal  # 14.6
     assert cfg.relay.insertion_priority == "legacy"  # 14.7
     assert cfg.env.eval_seed_offset == 0  # 14.17
-    assert C.resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"
+    assert resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"
 
 
 def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long_runs() -> None:
@@ -108,9 +108,9 @@ def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long
     from suPER import config as C
     from suPER.cli import plan_line
 
-    long = plan_line(C.resolve("pursuit"))
+    long = plan_line(resolve("pursuit"))
     assert "800,000 env steps, 201 evaluations x 20 episodes, estimated" in long and "--quick" in long
     assert float(long.split("estimated ")[1].split(" h")[0]) > 1
-    short = plan_line(C.resolve("pursuit", named=C.named_settings("pursuit", {"quick": True})[0]))
+    short = plan_line(resolve("pursuit", named=C.named_settings("pursuit", {"quick": True})[0]))
     assert "min at the Figure 1 campaign's pace" in short and "--quick" not in short
-    assert "estimated" not in plan_line(C.resolve("pursuit", "qmix"))  # no rate measured for it: no guess
+    assert "estimated" not in plan_line(resolve("pursuit", "qmix"))  # no rate measured for it: no guess

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from suPER import config as C
+from suPER.resolve import nest_rule_params, resolve
 
 GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "only", "order", "runs")
 """Top-level keys of a grid file."""
@@ -225,7 +226,7 @@ class GridRun:
             named["run.out"] = str(out)
         named.update({f"run.{k}": v for k, v in run_fields.items()})
         labels.update({dotted: f"set: {dotted}" for dotted in self.overrides})
-        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
+        return resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
 
     @property
     def run_name(self) -> str:
@@ -400,7 +401,7 @@ def _type_check(overrides: dict[str, Any], source: str, flag: bool = True) -> No
     With ``flag`` the source already names the flag, so the dotted key is left out of the message.
     """
     try:
-        C.apply_overrides(C.ExperimentConfig(), overrides, source=source)
+        C.apply_overrides(C.ExperimentConfig(), nest_rule_params(overrides)[0], source=source)
     except C.ConfigError as exc:
         msg = str(exc)
         if flag:

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
-from suPER.core.selection import SELECTION_RULES
 from suPER.opponents import make_env
 from suPER.runs import Logger, RunFolder, Summary
 
@@ -194,7 +193,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
                                   "beta": d.per_beta},
             suPER=rc.enabled, suPER_mode=rc.mode, suPER_bandwidth=rc.bandwidth, suPER_window=rc.window,
             suPER_team_sharing=rc.team or None, suPER_insertion_priority=rc.insertion_priority,
-            suPER_params={p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params},
+            suPER_params=dict(rc.params),
             suPER_priority_eps=d.per_eps, suPER_env_name=cfg.env.name,
         )
         .reporting(min_sample_timesteps_per_iteration=cfg.eval_interval, min_time_s_per_iteration=0,

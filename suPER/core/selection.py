@@ -2,10 +2,11 @@
 
 A rule decides which of one sender's fresh rows to relay, given their |TD| and (for windowed rules)
 the sender's sliding |TD| window. Every other table derives from this registry: the mode names of
-``RelayConfig.mode`` and its validation, the CLI's ``--super-mode`` help, ``suPERDQNConfig``'s
-``suPER_mode`` check, the grid checks, and the rule parameters that surface as ``relay.<param>``
-fields (``--set relay.k=3``). Adding a rule = one ``register(SelectionRule(...))`` call here plus
-its test (docs/extending.md has the checklist).
+``RelayConfig.mode`` and its validation (``check_mode``), the CLI's ``--super-mode`` help, ``suPERDQNConfig``'s
+``suPER_mode`` check, the grid checks, and the rule's own parameters, which a run holds under ``relay.params``
+(``--set relay.params.k=3``; only the active rule's) and the rule's record checks and completes with its
+defaults (``SelectionRule.check_params``, called when a run's config is resolved: ``suPER.resolve``). Adding a
+rule = one ``register(SelectionRule(...))`` call here plus its test (docs/extending.md has the checklist).
 
 ``Relay`` (suPER.core.relay) handles what every rule shares before dispatching here: the bandwidth
 edges (``b = 0`` relays nothing, ``b = 1`` everything, whatever the rule), the window push (only for
@@ -20,24 +21,27 @@ uses. Shapes: ``T`` fresh rows per sender, ``W`` window length, ``G`` senders.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from suPER.arrays import argsort_last, namespace, nan_rows, put_last, quantile_last, take_last
+from suPER.config import ConfigError, RelayConfig, coerce, in_range
 
 
 @dataclass(frozen=True)
 class RuleParam:
-    """A parameter of one selection rule; becomes the field ``relay.<name>`` of the relay config."""
+    """A parameter of one selection rule: a key of ``relay.params`` in the runs of that rule."""
 
     name: str
-    """field name in the relay config (``--set relay.<name>=...``); unique across rules"""
+    """key in ``relay.params`` (``--set relay.params.<name>=...``); not the name of a ``RelayConfig`` field, so the
+    spelling ``--set relay.<name>=...`` stays unambiguous"""
     type: type
-    """int | float | str | bool (the config coerces ``--set`` values to it)"""
+    """int | float | str | bool (``check_params`` coerces ``--set`` values to it)"""
     default: Any
     """value when not set"""
     range: str
-    """allowed range in ``suPER.config.RANGES`` vocabulary (``"int >= 1"``, ``"[0, 1]"``, ``"> 0"``, ...)"""
+    """allowed range of an int or float in ``suPER.config.RANGES`` vocabulary (``"int >= 1"``, ``"[0, 1]"``,
+    ``"> 0"``, ...)"""
     help: str
     """one line for the config docs and ``--help``"""
 
@@ -68,10 +72,43 @@ class SelectionRule:
     uses_window: bool = True
     """push each fragment's |TD| into the sender's sliding window (checkpointed) before selecting"""
     params: tuple[RuleParam, ...] = field(default_factory=tuple)
-    """the rule's own parameters (fields ``relay.<name>``)"""
+    """the rule's own parameters (``relay.params.<name>``)"""
     draws_per_row: bool = False
     """the rule takes one ``Uniform[0, 1)`` per fresh row, drawn by the relay from its generator (sender by sender
     in each run's order) and passed as ``uniforms``"""
+
+    def check_params(self, params: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """This rule's parameters from ``params`` (a run's ``relay.params``), checked against their declarations.
+
+        Args:
+            params: parameter name -> value; names this rule does not declare are refused.
+            labels: dotted key (``relay.params.<name>``) -> the flag as the user typed it (``--set relay.k``);
+                default the dotted key.
+
+        Returns:
+            Every declared parameter in declaration order: the value given (coerced to its type) or its default.
+
+        Raises:
+            ConfigError: an undeclared name, or a value of the wrong type or outside its range.
+        """
+        labels = labels or {}
+        declared = {p.name: p for p in self.params}
+        for name in params:
+            if name not in declared:
+                key = f"relay.params.{name}"
+                has = f"its parameters: {', '.join(declared)}" if declared else "it has none"
+                raise ConfigError(f"{labels.get(key, key)}: not a parameter of selection rule {self.name!r} ({has})")
+        out: dict[str, Any] = {}
+        for p in self.params:
+            key = f"relay.params.{p.name}"
+            where = labels.get(key, key)
+            value = coerce(p.type, params.get(p.name, p.default), where)
+            if p.type in (int, float):
+                expected, ok = in_range(p.range, value)
+                if not ok:
+                    raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+            out[p.name] = value
+        return out
 
 
 SELECTION_RULES: dict[str, SelectionRule] = {}
@@ -79,23 +116,41 @@ SELECTION_RULES: dict[str, SelectionRule] = {}
 
 
 def register(rule: SelectionRule) -> SelectionRule:
-    """Add ``rule`` to ``SELECTION_RULES``; names and parameter names must be new.
+    """Add ``rule`` to ``SELECTION_RULES``: a new name, parameters named apart from each other and from the relay
+    config's fields (``relay.<name>`` is also read as ``relay.params.<name>``), defaults inside their ranges.
 
     Raises:
-        ValueError: a duplicate rule name or parameter name (parameters share the relay config's namespace).
+        ValueError: a duplicate rule name, a parameter name taken, or a default its own declaration refuses.
     """
     if rule.name in SELECTION_RULES:
         raise ValueError(f"selection rule {rule.name!r} is already registered")
-    taken = {p.name for r in SELECTION_RULES.values() for p in r.params} | set(RELAY_CORE_FIELDS)
+    taken = set(RELAY_FIELDS)
     for p in rule.params:
         if p.name in taken:
-            raise ValueError(f"selection rule {rule.name!r}: parameter name {p.name!r} is already a relay config field")
+            raise ValueError(f"selection rule {rule.name!r}: parameter name {p.name!r} is already a relay config field "
+                             f"or another of its parameters")
+        taken.add(p.name)
+    try:
+        rule.check_params({})
+    except ConfigError as exc:
+        raise ValueError(f"selection rule {rule.name!r}: a default outside its range ({exc})") from None
     SELECTION_RULES[rule.name] = rule
     return rule
 
 
-RELAY_CORE_FIELDS = ("enabled", "mode", "bandwidth", "window", "team", "insertion_priority")
-"""Relay config fields shared by every rule (rule parameters may not reuse these names)."""
+RELAY_FIELDS = tuple(f.name for f in fields(RelayConfig))
+"""The relay config's own fields (``enabled``, ``mode``, ``bandwidth``, ..., ``params``): no parameter is named so."""
+
+
+def check_mode(mode: Any, label: str | None = None) -> SelectionRule:
+    """The record of the rule named ``mode``.
+
+    Raises:
+        ConfigError: ``"<label>: expected one of quantile, gaussian, ..., got <mode>"`` (label default ``relay.mode``).
+    """
+    if not isinstance(mode, str) or mode not in SELECTION_RULES:
+        raise ConfigError(f"{label or 'relay.mode'}: expected one of {', '.join(SELECTION_RULES)}, got {mode!r}")
+    return SELECTION_RULES[mode]
 
 
 def mode_names() -> tuple[str, ...]:
@@ -104,7 +159,7 @@ def mode_names() -> tuple[str, ...]:
 
 
 def rule_params() -> tuple[RuleParam, ...]:
-    """Every registered rule's parameters (the extra relay config fields)."""
+    """Every registered rule's parameters, rule by rule (names may repeat across rules)."""
     return tuple(p for r in SELECTION_RULES.values() for p in r.params)
 
 

@@ -49,6 +49,7 @@ from suPER.opponents import TeamMeta, make_env, save_team, sha256
 from suPER.opponents.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
 from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
+from suPER.resolve import resolve
 from suPER.runs import atomic_write_csv, atomic_write_json
 
 METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
@@ -142,12 +143,12 @@ class PopulationConfig:
 
             from suPER.envs.check import probe_env
 
-            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides).env
+            env_cfg = resolve(self.env, "ddqn", overrides=self.overrides).env
             probe_env(replace(env_cfg, opponent="random"), {k: f"--set {k}" for k in self.overrides})
         if self.vs_shipped:
             from suPER.opponents import check_opponent
 
-            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
+            env_cfg = resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
             try:
                 check_opponent(env_cfg)
             except C.ConfigError as exc:
@@ -167,7 +168,7 @@ class PopulationConfig:
                  "run.eval_interval": max(1, self.br_steps // 5), "run.checkpoint_replay": False, "run.out": str(out),
                  "run.tag": f"it{iteration:03d}_{side}", "run.progress": False, "run.threads": self.threads,
                  "run.device": "cpu", "dqn.init_from": init_from}
-        return C.resolve(self.env, "ddqn", overrides=self.overrides, named=named)
+        return resolve(self.env, "ddqn", overrides=self.overrides, named=named)
 
 
 class Population:
@@ -181,7 +182,7 @@ class Population:
 
     def __init__(self, cfg: PopulationConfig, folder: Path, log: Any = print) -> None:
         self.cfg, self.folder, self.log = cfg, Path(folder), log
-        env_cfg = C.resolve(cfg.env, "ddqn", overrides=cfg.overrides, named={"env.opponent": RANDOM}).env
+        env_cfg = resolve(cfg.env, "ddqn", overrides=cfg.overrides, named={"env.opponent": RANDOM}).env
         self.env_cfg = env_cfg
         names = {}
         for side in SIDES:

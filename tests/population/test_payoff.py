@@ -17,11 +17,12 @@ from suPER.evaluation import episode_seeds
 from suPER.models import BatchedQNet
 from suPER.opponents.mixture import MEMBER_SEED_TAG, Member, write_mixture
 from suPER.population.payoff import PayoffTable, play_match
+from suPER.resolve import resolve
 
 
 @pytest.fixture(scope="module")
 def env_cfg() -> C.EnvConfig:
-    base = C.resolve("battle", "ddqn").env
+    base = resolve("battle", "ddqn").env
     return replace(base, opponent="random", horizon=10, kwargs={**base.kwargs, "map_size": 12})
 
 
