@@ -8,6 +8,10 @@ parameter sharing), packs of two (pursuit's batched env with numpy replay; battl
 the joined relay), and the RLlib backend on the three envs. Budgets are a few fragments past learning_starts, so
 every phase (act, relay, store, learn, target sync, evaluation, checkpoint) runs. Bit equality holds between
 two checkouts on one machine (float rounding differs between CPUs), so record both sides on the same machine.
+
+A final.pt's ``config`` is compared as the comparing checkout reads a stored config (``suPER.resolve.migrate``):
+a change of the config's layout that reads old run folders the same way compares equal, one that does not
+differs.
 """
 
 from __future__ import annotations
@@ -83,7 +87,15 @@ def tensor_hashes(folder: Path) -> dict[str, str]:
 
     native = folder / "checkpoints" / "final.pt"
     if native.exists():
-        walk("", torch.load(native, map_location="cpu", weights_only=False))
+        state = torch.load(native, map_location="cpu", weights_only=False)
+        if isinstance(state.get("config"), dict):
+            try:
+                from suPER.resolve import migrate
+            except ImportError:  # a checkout from before suPER.resolve: configs compared as stored
+                pass
+            else:
+                state["config"] = migrate(state["config"])
+        walk("", state)
     for state in sorted((folder / "checkpoints" / "rllib_final").rglob("rl_module/*/module_state.pkl")):
         with state.open("rb") as f:
             walk(state.parent.name, pickle.load(f))
