@@ -54,7 +54,7 @@ from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.metrics import TIMERS
 
-from suPER.config import ConfigError, RelayConfig, check_relay_setting
+from suPER.config import ConfigError, RelayConfig, check_relay_setting, in_range
 from suPER.core.relay import INSERTION_PRIORITIES, Relay
 from suPER.core.rllib_buffer import (
     BUFFER_PATH,
@@ -166,9 +166,10 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
             known = {p.name for r in SELECTION_RULES.values() for p in r.params}
             if not isinstance(self.suPER_params, dict) or not set(self.suPER_params) <= known:
                 bad("suPER_params", f"a dict with keys among {', '.join(sorted(known))}", self.suPER_params)
-            for r in SELECTION_RULES.values():  # each value checked by the rule that declares it
-                r.check_params({k: v for k, v in self.suPER_params.items() if k in {p.name for p in r.params}},
-                               {f"relay.params.{k}": f"suPER_params[{k!r}]" for k in self.suPER_params})
+            for p in (p for r in SELECTION_RULES.values() for p in r.params if p.name in self.suPER_params):
+                value = self.suPER_params[p.name]  # checked by the declaring rule's range; RLlib keys are not coerced
+                if p.type in (int, float) and not in_range(p.range, value)[1]:
+                    bad(f"suPER_params[{p.name!r}]", in_range(p.range, value)[0], value)
             check_relay_setting("dqn.per_eps", self.suPER_priority_eps, "suPER_priority_eps")
         except ConfigError as e:
             self._value_error(str(e))
