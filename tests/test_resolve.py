@@ -58,7 +58,7 @@ def test_a_config_json_that_no_longer_fits_is_still_refused_by_name() -> None:
 def test_grid_files_set_rule_parameters_in_either_spelling(tmp_path: Path) -> None:
     for key in ("relay.params.k", "relay.k"):
         grid = tmp_path / f"{key}.yaml"
-        grid.write_text(f"name: g\nseeds: [1]\nruns:\n  - {{name: topk, env: pursuit, algo: ddqn, super: true, super_mode: topk, "
-                        f"set: {{{key}: 4}}}}\n")
+        grid.write_text(f"name: g\nseeds: [1]\nruns:\n  - {{name: topk, env: pursuit, algo: ddqn, super: true, "
+                        f"super_mode: topk, set: {{{key}: 4}}}}\n")
         [run] = load_grid(grid).runs
         assert run.config().relay.params == {"k": 4}
