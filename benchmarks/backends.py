@@ -21,11 +21,12 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from suPER import config as C  # noqa: E402
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, Summary, package_versions  # noqa: E402
 
 
 def settings(steps: int, learning_starts: int, threads: int, super_: bool) -> C.ExperimentConfig:
-    return C.resolve("pursuit", "ddqn", overrides={
+    return resolve("pursuit", "ddqn", overrides={
         "run.num_timesteps": steps, "run.eval_interval": steps, "run.eval_episodes": 0, "run.threads": threads,
         "run.progress": False, "run.device": "cpu", "dqn.learning_starts": learning_starts,
         "relay.enabled": super_, "relay.mode": "quantile", "relay.bandwidth": 0.1})

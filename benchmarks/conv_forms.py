@@ -30,8 +30,9 @@ import torch
 import torch.nn.functional as F
 
 from suPER import config as C
-from suPER.envs.factory import make_env
 from suPER.models.qnet import BatchedQNet
+from suPER.opponents import make_env
+from suPER.resolve import resolve
 from suPER.runs import package_versions
 
 
@@ -97,8 +98,8 @@ def call(forward: Callable[[BatchedQNet, torch.Tensor], torch.Tensor], net: Batc
 
 def bench_env(env: str, reps: int) -> list[tuple[str, float, float, float, float]]:
     """Rows (case, grouped ms, bmm ms, grouped GFLOP/s, max |dQ|) for one env's network."""
-    spec = make_env(C.resolve(env, "ddqn").env, seed=0).spec
-    d = C.resolve(env, "ddqn").dqn
+    spec = make_env(resolve(env, "ddqn").env, seed=0).spec
+    d = resolve(env, "ddqn").dqn
     torch.manual_seed(0)
     net = BatchedQNet(spec.n_agents, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
                       hiddens=d.hiddens)

@@ -64,15 +64,15 @@ def measure(env_name: str, steps: int = 200, updates: int = 6, eval_steps: int =
     import numpy as np
     import torch
 
-    from suPER import config as C
-    from suPER.envs import make_env
-    from suPER.evaluation import evaluate_episodes, make_eval_batch
+    from suPER.evaluation import evaluate_episodes
     from suPER.models import BatchedQNet, clip_grad_norm_per_policy
     from suPER.native import dqn_loss
     from suPER.native.dqn_loss import q_of_actions
+    from suPER.opponents import make_env, make_eval_batch
+    from suPER.resolve import resolve
 
     torch.set_num_threads(1)
-    cfg = C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})
+    cfg = resolve(env_name, "ddqn", overrides={"run.device": "cpu"})
     d = cfg.dqn
     env = make_env(cfg.env, 1)
     spec = env.spec
@@ -122,7 +122,7 @@ def measure(env_name: str, steps: int = 200, updates: int = 6, eval_steps: int =
 
     # c_eval: batched greedy evaluation, M games of a short horizon (per game-step)
     M = cfg.run.eval_episodes
-    short = C.resolve(env_name, "ddqn", overrides={"env.horizon": eval_steps})
+    short = resolve(env_name, "ddqn", overrides={"env.horizon": eval_steps})
     batch = make_eval_batch(short.env, M, seed=7)
 
     @torch.no_grad()
@@ -147,11 +147,11 @@ def forward_flops(env_name: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from suPER import config as C
     from suPER.models import BatchedQNet
     from suPER.native.pack_memory import env_spec
+    from suPER.resolve import resolve
 
-    cfg = C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})
+    cfg = resolve(env_name, "ddqn", overrides={"run.device": "cpu"})
     spec, d = env_spec(cfg), cfg.dqn
     net = BatchedQNet(spec.n_agents, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
                       hiddens=d.hiddens)
@@ -169,13 +169,13 @@ def check_run(env_name: str, steps: int, inputs: dict[str, dict[str, float]]) ->
     network, 3 evaluations of 2 episodes at the env's horizon), the model's check point."""
     import tempfile
 
-    from suPER import config as C
     from suPER.native import dqn
+    from suPER.resolve import resolve
     from suPER.runs import RunFolder
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = C.resolve(env_name, "ddqn", overrides={"run.device": "cpu", "run.threads": 1, "run.eval_episodes": 2},
-                        named={"run.num_timesteps": steps, "run.eval_interval": steps // 2, "run.out": tmp})
+        cfg = resolve(env_name, "ddqn", overrides={"run.device": "cpu", "run.threads": 1, "run.eval_episodes": 2},
+                      named={"run.num_timesteps": steps, "run.eval_interval": steps // 2, "run.out": tmp})
         t0 = time.process_time()
         dqn.train(cfg, RunFolder(Path(tmp) / cfg.run_name))
         measured = time.process_time() - t0
@@ -186,12 +186,12 @@ def recorded_checks(inputs: dict[str, dict[str, float]], results: Path = Path("r
     """Predicted CPU-s vs recorded wall time of the finished Figure 1 runs (``results/<grid>/<run>``)."""
     import json
 
-    from suPER import config as C
+    from suPER.resolve import from_dict
 
     lines = []
     for manifest in sorted(results.glob("*/manifest.json")):
         m = json.loads(manifest.read_text())
-        cfg = C.from_dict(json.loads((manifest.parent / "config.json").read_text()))
+        cfg = from_dict(json.loads((manifest.parent / "config.json").read_text()))
         train, ev, S = cost_of(cfg, cfg.env.name, cfg.run.algo, inputs)
         wall, sps = float(m["wall_time_s"]), float(m["env_steps_per_sec"])
         lines.append(f"{m['run_name']}: {S:,} steps, predicted {train + ev:,.0f} CPU-s on one core (training "
@@ -280,10 +280,10 @@ def gpu_prediction(grid: dict[str, Any], host_cores: int, fragment_s: float) -> 
 
 def g_n(env_name: str) -> int:
     """Learners of the env (its spec's agents)."""
-    from suPER import config as C
     from suPER.native.pack_memory import env_spec
+    from suPER.resolve import resolve
 
-    return int(env_spec(C.resolve(env_name, "ddqn", overrides={"run.device": "cpu"})).n_agents)
+    return int(env_spec(resolve(env_name, "ddqn", overrides={"run.device": "cpu"})).n_agents)
 
 
 def hours(s: float) -> str:

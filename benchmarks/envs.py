@@ -123,11 +123,11 @@ def _time_lockstep(batch: Any, seconds: float, seed: int = 0) -> tuple[int, floa
 
 def bench_magent(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """A MAgent env (paper settings, the shipped network opponent): one game vs E games in lockstep
-    (``suPER.envs.make_batch``: one opponent forward for all E games per step), E = ``args.magent_sizes``."""
-    from suPER import config as C
-    from suPER.envs import make_batch, make_env
+    (``suPER.opponents.make_batch``: one opponent forward for all E games per step), E = ``args.magent_sizes``."""
+    from suPER.opponents import make_batch, make_env
+    from suPER.resolve import resolve
 
-    cfg = C.resolve(name).env
+    cfg = resolve(name).env
     rows = []
     env = make_env(cfg, seed=0)
     steps, wall, cpu = _time_single(env, args.seconds)
@@ -177,13 +177,13 @@ def bench_replay(args: argparse.Namespace) -> list[dict[str, Any]]:
     the measured share and the MAgent palette at its maximum of 65,536 codes (an upper bound: <= 1.3 MB).
     Prints ``replay bytes per run at full buffers (<env>): plain <x> GB, compact <y> GB, compact/plain <r>``.
     """
-    from suPER import config as C
-    from suPER.envs import make_env
+    from suPER.opponents import make_env
     from suPER.replay import CompactPER, MultiAgentPER
+    from suPER.resolve import resolve
 
     rows = []
     for name in args.replay_envs:
-        cfg = C.resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})  # spec only
+        cfg = resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})  # spec only
         env = make_env(cfg.env, seed=0)
         spec = env.spec
         env.close()

@@ -10,7 +10,7 @@ Usage::
 For each env (pursuit, battle, adversarial_pursuit, with the YAML's settings and the shipped opponents) the
 native DDQN trainer's greedy batched act on a fresh paper network plays the same K seeded episodes
 (``episode_seeds``) both ways: ``run.eval_batch 0`` (one env, E = 1 per call) and ``run.eval_batch K``
-(``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv`` with one learner forward for all K games per
+(``opponents.make_eval_batch``: pursuit's ``VecPursuitEnv`` with one learner forward for all K games per
 step; MAgent: K games in lockstep with one learner and one opponent forward per step). It prints
 
     eval speedup batched/sequential (<env>): <x>x
@@ -43,9 +43,10 @@ import numpy as np
 import torch
 
 from suPER import config as C
-from suPER.envs import make_env
-from suPER.evaluation import episode_seeds, make_eval_batch, play_episodes
+from suPER.evaluation import episode_seeds, play_episodes
 from suPER.models import BatchedQNet
+from suPER.opponents import make_env, make_eval_batch
+from suPER.resolve import resolve
 
 ENVS = C.ENV_NAMES
 
@@ -85,7 +86,7 @@ def eval_speedup(env_name: str, episodes: int, horizon: int, seed: int = 1, devi
     lockstep batch is a CPU batch whatever ``device`` says, so only its network moves).
     """
     torch.manual_seed(seed)
-    cfg = C.resolve(env_name, "ddqn", named={"env.horizon": horizon})
+    cfg = resolve(env_name, "ddqn", named={"env.horizon": horizon})
     seeds = episode_seeds(seed, 0, episodes)
     single = make_env(cfg.env, seed=seed)
     batch = make_eval_batch(cfg.env, episodes, seed=seed, device=device)
@@ -133,7 +134,7 @@ def paper_run_share(steps: int, interval: int, episodes: int, horizon: int, eval
     from suPER.campaigns import execute
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = C.resolve("pursuit", "ddqn", named={
+        cfg = resolve("pursuit", "ddqn", named={
             "run.num_timesteps": steps, "run.eval_interval": interval, "run.eval_episodes": episodes,
             "run.eval_batch": eval_batch, "env.horizon": horizon, "run.out": tmp, "run.progress": False,
             "run.threads": 1, "run.device": "cpu", "run.checkpoint_replay": False, "run.eval_parallel": eval_parallel})

@@ -63,11 +63,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def make_cfg(seed: int, steps: int, device: str, threads: int, out: str, hiddens: int, host_only: bool = False) -> Any:
     """Paper pursuit, paper network; eval only at the start and the end (1 episode of 100 steps). ``host_only``:
     SUPER quantile b = 0.1 with device replay and the MLP body with heads of 8 (``--host-overhead``)."""
-    from suPER import config as C
+    from suPER.resolve import resolve
 
     host = {"dqn.model": "mlp", "dqn.hiddens": 8, "run.replay_device": "device", "relay.enabled": True,
             "relay.mode": "quantile", "relay.bandwidth": 0.1} if host_only else {}
-    return C.resolve("pursuit", "ddqn", overrides={
+    return resolve("pursuit", "ddqn", overrides={
         "dqn.learning_starts": 40, "dqn.buffer_size": 5000, "dqn.hiddens": hiddens, "env.horizon": 100,
         "run.eval_episodes": 1, "run.checkpoint_replay": False, **host,
     }, named={"run.seed": seed, "run.num_timesteps": steps, "run.eval_interval": 10 * steps, "run.device": device,

@@ -19,11 +19,12 @@ import torch
 
 from suPER import config as C
 from suPER.native.dqn import train
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, package_versions
 
 
 def run(env: str, steps: int, threads: int, relay: dict[str, object]) -> tuple[float, dict[str, float]]:
-    cfg = C.resolve(env, "ddqn", overrides={
+    cfg = resolve(env, "ddqn", overrides={
         "run.num_timesteps": steps, "run.eval_interval": steps, "run.eval_episodes": 0, "run.threads": threads,
         "run.progress": False, "dqn.learning_starts": 200, **relay})
     with tempfile.TemporaryDirectory() as d:

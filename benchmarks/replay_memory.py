@@ -28,13 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from suPER import config as C
-from suPER.envs import make_env
+from suPER.opponents import make_env
 from suPER.replay import CompactPER, MultiAgentPER
+from suPER.resolve import resolve
 
 
 def fragments(name: str, n_frames: int, seed: int = 0) -> tuple[object, list[tuple[np.ndarray, ...]]]:
     """Real transitions of ``name`` (random play): a list of (obs_TNO, next_TNO, valid_TN, done_TN) fragments."""
-    cfg = C.resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})
+    cfg = resolve(name, overrides={"env.opponent": "random"} if name != "pursuit" else {})
     env = make_env(cfg.env, seed=seed)
     spec, T = env.spec, cfg.dqn.rollout_fragment_length
     rng = np.random.default_rng(seed)
@@ -99,10 +100,10 @@ def trainer_cpu(name: str, steps: int, layout: str, out: str) -> tuple[float, fl
     from suPER.native.dqn import train
     from suPER.runs import RunFolder, read_metrics
 
-    cfg = C.resolve(name, overrides={"run.num_timesteps": steps, "run.eval_points": 1, "run.eval_episodes": 1,
-                                     "run.threads": 1, "run.device": "cpu", "run.seed": 1, "run.progress": False,
-                                     "relay.enabled": True, "relay.mode": "quantile", "relay.bandwidth": 0.1,
-                                     "run.replay_layout": layout})
+    cfg = resolve(name, overrides={"run.num_timesteps": steps, "run.eval_points": 1, "run.eval_episodes": 1,
+                                   "run.threads": 1, "run.device": "cpu", "run.seed": 1, "run.progress": False,
+                                   "relay.enabled": True, "relay.mode": "quantile", "relay.bandwidth": 0.1,
+                                   "run.replay_layout": layout})
     shutil.rmtree(out, ignore_errors=True)
     folder = RunFolder(Path(out))
     folder.path.mkdir(parents=True)

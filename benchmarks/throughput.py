@@ -221,9 +221,9 @@ def bench_native(steps: int, threads: int, learning_starts: int, warmup_steps: i
     """
     import torch
 
-    from suPER.config import resolve
     from suPER.models import BatchedQNet
     from suPER.native.dqn import train
+    from suPER.resolve import resolve
     from suPER.runs import RunFolder, read_metrics
 
     cfg = resolve("pursuit", "ddqn", overrides={
@@ -612,7 +612,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     import torch
 
-    from suPER.config import resolve
+    from suPER.resolve import resolve
 
     kwargs = dict(resolve("pursuit").env.kwargs)
     if {k: kwargs.get(k) for k in PAPER_PURSUIT} != PAPER_PURSUIT:

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from suPER.config import from_dict
+from suPER.resolve import from_dict
 
 
 def check(folder: Path) -> tuple[bool, str]:

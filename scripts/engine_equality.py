@@ -7,13 +7,19 @@ Cases: native single runs on the three envs (SUPER quantile, gaussian under the 
 parameter sharing), packs of two (pursuit's batched env with numpy replay; battle with replay on the device and
 the joined relay), and the RLlib backend on the three envs. Budgets are a few fragments past learning_starts, so
 every phase (act, relay, store, learn, target sync, evaluation, checkpoint) runs. Bit equality holds between
-two checkouts on one machine (float rounding differs between CPUs), so record both sides on the same machine.
+two checkouts on one machine (float rounding differs between CPUs), so record both sides on the same machine,
+with the same ``PYTHONHASHSEED`` (``record`` pins it to ``HASH_SEED``; RLlib runs depend on it).
+
+A final.pt's ``config`` is compared as the comparing checkout reads a stored config (``suPER.resolve.migrate``):
+a change of the config's layout that reads old run folders the same way compares equal, one that does not
+differs.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,12 +50,19 @@ TIMING = ("time", "throughput", "wall", "per_s", "sps", "seconds")
 """metrics.csv columns holding any of these are wall-clock measurements, not results"""
 
 
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of the recorded runs (unless the caller set one): an RLlib run depends on the string hash
+seed (a set of module ids is iterated somewhere in building or training it), so two recordings with the random
+default differ even on one checkout; the native trainers do not depend on it."""
+
+
 def record(out: Path, cases: list[str]) -> None:
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", HASH_SEED)}
     for case in cases or list(CASES):
         args = CASES[case]
         cmd = ["super-marl", "train", *args, *SHORT, "--seed", "1", "--out", str(out / case)]
         print(case, flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
 
 
 def rows(metrics: Path) -> list[dict[str, str]]:
@@ -83,7 +96,15 @@ def tensor_hashes(folder: Path) -> dict[str, str]:
 
     native = folder / "checkpoints" / "final.pt"
     if native.exists():
-        walk("", torch.load(native, map_location="cpu", weights_only=False))
+        state = torch.load(native, map_location="cpu", weights_only=False)
+        if isinstance(state.get("config"), dict):
+            try:
+                from suPER.resolve import migrate
+            except ImportError:  # a checkout from before suPER.resolve: configs compared as stored
+                pass
+            else:
+                state["config"] = migrate(state["config"])
+        walk("", state)
     for state in sorted((folder / "checkpoints" / "rllib_final").rglob("rl_module/*/module_state.pkl")):
         with state.open("rb") as f:
             walk(state.parent.name, pickle.load(f))

@@ -65,7 +65,6 @@ def default_of(f: dataclasses.Field[Any]) -> str:
 def config_sections() -> str:
     columns = (*ENV_NAMES, PETTINGZOO)
     env_values = {env: flatten(load_env_defaults(env)) for env in columns}
-    rule_param_names = {p.name for r in SELECTION_RULES.values() for p in r.params}
     hints = typing.get_type_hints
     out = ["## Config keys", ""]
     for section in dataclasses.fields(ExperimentConfig):
@@ -78,8 +77,6 @@ def config_sections() -> str:
                 "|---|---|---|" + "---|" * len(columns) + "---|---|"]
         types = hints(cls)
         for f in dataclasses.fields(cls):
-            if section.name == "relay" and f.name in rule_param_names:
-                continue  # listed with their rule below
             key = f"{section.name}.{f.name}"
             per_env = [f"`{env_values[e][key]!r}`" if key in env_values[e] else "" for e in columns]
             out.append(f"| `{key}` | {cell(type_name(types.get(f.name, f.type)))} | {cell(default_of(f))} | "
@@ -113,13 +110,15 @@ def train_options() -> str:
 
 def selection_rules() -> str:
     out = ["## Selection rules (`relay.mode`) and their parameters", "",
+           "A run's `relay.params` holds its rule's parameters, and only those (`--set relay.params.<name>=VALUE`); "
+           "each is checked against the rule's record, and one not set is recorded at its default.", "",
            "| rule | meaning | parameter | default | range | parameter meaning |", "|---|---|---|---|---|---|"]
     for name, rule in SELECTION_RULES.items():
         params = list(rule.params) or [None]
         for i, p in enumerate(params):
             head = f"| `{name}` | {cell(rule.summary)} |" if i == 0 else "| | |"
             out.append(head + (" | | | |" if p is None else
-                               f" `{p.name}` | `{p.default!r}` | {cell(p.range)} | {cell(p.help)} |"))
+                               f" `relay.params.{p.name}` | `{p.default!r}` | {cell(p.range)} | {cell(p.help)} |"))
     return "\n".join(out + [""])
 
 

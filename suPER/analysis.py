@@ -31,7 +31,7 @@ Every number starts from each run's *final score*: the mean of its last 10% of e
   greedy policies on a map without random placement, as battle's), so "10 episodes" measure one game and the
   noise of a curve lies between evaluations, not within them.
 
-Random-policy returns are measured once per env configuration with ``evaluation.random_team_return``
+Random-policy returns are measured once per env configuration with ``opponents.random_team_return``
 (20 episodes, seeded) and cached in ``<figures>/random_returns.json`` keyed by the env config.
 """
 
@@ -51,6 +51,7 @@ import numpy as np
 from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
+from suPER.resolve import from_dict
 from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
@@ -430,7 +431,7 @@ def random_env_config(env_cfg: dict[str, Any]) -> dict[str, Any]:
     from suPER import config as C
 
     try:
-        full = dataclasses.asdict(C.from_dict({"env": env_cfg}).env)
+        full = dataclasses.asdict(from_dict({"env": env_cfg}).env)
     except (C.ConfigError, TypeError, ValueError):
         full = dict(env_cfg)
     return {k: v for k, v in full.items() if k not in TRAINING_ONLY_ENV_FIELDS}
@@ -445,7 +446,7 @@ def env_key(env_cfg: dict[str, Any]) -> str:
 def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RANDOM_EPISODES,
                    data: Path | None = RANDOM_RETURNS_DATA, log: Any = None) -> dict[str, float]:
     """Random-policy team return per env, for the env config of the env's first run folder: read from ``data``
-    (the shipped measurements) or ``cache``, else measured with ``evaluation.random_team_return`` (``episodes``
+    (the shipped measurements) or ``cache``, else measured with ``opponents.random_team_return`` (``episodes``
     episodes, seeded; tens of seconds per env) and stored in ``cache`` with how it was measured.
 
     Envs whose runs disagree on the env config (e.g. smoke and paper maps in one folder) use the first;
@@ -454,7 +455,6 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
     Args:
         log: called with a line before each measurement (what is measured, for how long roughly).
     """
-    from suPER import config as C
 
     cache = Path(cache)
     stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
@@ -470,16 +470,16 @@ def random_returns(curves: Sequence[RunCurve], cache: Path, episodes: int = RAND
         if key not in known:
             import dataclasses
 
-            from suPER.evaluation import random_team_return
+            from suPER.opponents import random_team_return
 
             if log is not None:
                 log(f"random-policy return of {c.env} ({key}): measuring {episodes} episodes")
-            env = C.from_dict({"env": env_cfg}).env
+            env = from_dict({"env": env_cfg}).env
             env = dataclasses.replace(env, opponent_epsilon=env.eval_opponent_epsilon, opponent_epsilon_timesteps=0)
             value = random_team_return(env, episodes=episodes)
             known[key] = stored[key] = {
                 "env": c.env, "random_team_return": value, "episodes": episodes,
-                "measured_with": f"suPER.evaluation.random_team_return(env, episodes={episodes}): uniformly random "
+                "measured_with": f"suPER.opponents.random_team_return(env, episodes={episodes}): uniformly random "
                                  "learners (actions from default_rng(0)) on a game reset once with seed 12345",
                 "env_config": random_env_config(env_cfg)}
             changed = True
@@ -554,7 +554,7 @@ def write_aggregates(agg: dict[str, Any], info: dict[str, dict[str, Any]], out_d
     _write_csv(csv_path, rows, ("kind", "configuration", "value", "low", "high"))
     lines = ["Aggregate over envs " + (", ".join(agg["envs"]) or "(none could be normalized)") + ": final scores normalized per env as "
              "(score - random) / (best - random), random = the random-policy team return "
-             "(evaluation.random_team_return), best = the best configuration's mean final score; "
+             "(opponents.random_team_return), best = the best configuration's mean final score; "
              "95% CIs from a bootstrap stratified by env (and configuration).", "",
              "| env | random-policy return | best configuration | its mean | used |", "|---|---:|---|---:|---|"]
     for env, r in info.items():

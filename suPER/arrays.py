@@ -1,9 +1,10 @@
 """numpy-or-torch helpers, so one formula serves host arrays and device tensors.
 
 The replay trees (``suPER.replay.per``) and the selection rules (``suPER.core.selection``) are written once
-against the operations numpy and torch share (indexing, arithmetic, ``where``, ``minimum``, ``quantile``, ...);
-the few spellings that differ live here. torch is imported only when a tensor is passed in, so importing this
-module (and ``suPER.config``, which imports the selection rules) stays torch-free.
+against the operations numpy and torch share (indexing, arithmetic, ``where``, ``minimum``, ...); the few
+spellings that differ live here (the ``*_last`` helpers work along the last axis, as the selection rules do).
+torch is imported only when a tensor is passed in, so importing this module (and the selection rules) stays
+torch-free.
 """
 
 from __future__ import annotations
@@ -100,3 +101,35 @@ def uniform(rng: Any, shape: tuple[int, ...], like_x: Any) -> Any:
     import torch
 
     return torch.rand(shape, generator=rng, dtype=torch.float64, device=rng.device)
+
+
+def quantile_last(x: Any, q: float) -> Any:
+    """The ``q`` quantile (linear interpolation) along the last axis: ``[..., n] -> [...]``."""
+    return x.quantile(q, dim=-1) if is_tensor(x) else np.quantile(x, q, axis=-1)
+
+
+def argsort_last(x: Any) -> Any:
+    """Stable argsort along the last axis (ties keep their order): int64 indices of ``x``'s shape and kind."""
+    return x.argsort(dim=-1, stable=True) if is_tensor(x) else np.argsort(x, axis=-1, kind="stable")
+
+
+def take_last(x: Any, idx: Any) -> Any:
+    """``x`` gathered along the last axis at ``idx`` (numpy's ``take_along_axis``, torch's ``gather``)."""
+    return x.gather(-1, idx) if is_tensor(x) else np.take_along_axis(x, idx, axis=-1)
+
+
+def put_last(x: Any, idx: Any, value: Any) -> Any:
+    """``x`` with ``value`` written along the last axis at ``idx``, in place; returns ``x``."""
+    if is_tensor(x):
+        return x.scatter_(-1, idx, value)
+    np.put_along_axis(x, idx, value, axis=-1)
+    return x
+
+
+def nan_rows(x: Any) -> Any:
+    """float64 NaN of shape ``x.shape[:-1]``, of ``x``'s kind (and device): a rule's "no threshold" per sender."""
+    if is_tensor(x):
+        import torch
+
+        return torch.full(x.shape[:-1], float("nan"), dtype=torch.float64, device=x.device)
+    return np.full(x.shape[:-1], np.nan)

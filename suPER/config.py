@@ -2,19 +2,21 @@
 
 The dataclasses only type and validate; the paper's values live in ``experiments/envs/<env>.yaml``
 (one file per environment, holding that environment's settings and its DQN hyperparameters).
-A run's configuration is resolved as::
+A run's configuration is resolved (``suPER.resolve.resolve``) as::
 
     ExperimentConfig defaults  <-  experiments/envs/<env>.yaml  <-  CLI named flags  <-  --set a.b=value
 
-and the resolved result is written to the run folder as ``config.json``.
+from the pieces this module provides (the sections, ``named_settings``, ``route_flags``, ``apply_overrides``,
+``ExperimentConfig.validate``), and the resolved result is written to the run folder as ``config.json``.
 
-This module imports nothing heavy (no torch, ray or wandb) so the CLI can validate input instantly.
+This module imports nothing heavy (no torch, ray or wandb) so the CLI can validate input instantly, and nothing
+of ``suPER`` but the algorithm records (``suPER.algorithms``): the selection rules' own parameters
+(``relay.params``) are checked by each rule's record when a run's config is resolved (``suPER.resolve``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Callable
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args, get_origin, 
 import yaml
 
 from suPER.algorithms import ALGORITHMS, AlgorithmSpec, algo_names, register, relay_algo_names
-from suPER.core.selection import mode_names, rule_params
 
 ROOT = Path(__file__).resolve().parent.parent
 """Repository root (the folder holding ``experiments/``)."""
@@ -268,12 +269,8 @@ class DQNConfig(EpsilonGreedy):
 
 
 @dataclass
-class _RelayCoreConfig:
-    """SUPER experience relay settings (REFERENCE section 1).
-
-    ``RelayConfig`` is this plus one field per parameter of a registered selection rule
-    (``suPER.core.selection.SELECTION_RULES``, e.g. ``k`` of ``topk``).
-    """
+class RelayConfig:
+    """SUPER experience relay settings (REFERENCE section 1)."""
 
     enabled: bool = False
     """relay surprising transitions to teammates (the paper's --suPER)"""
@@ -288,15 +285,9 @@ class _RelayCoreConfig:
     """substring (or comma-separated list of ids) selecting who relays; empty = the whole learning team"""
     insertion_priority: Literal["max", "sender", "legacy"] = "max"
     """priority of relayed rows in the receiver's buffer"""
-
-
-if TYPE_CHECKING:  # mypy sees the shared fields; rule parameters are read by name (getattr)
-    RelayConfig = _RelayCoreConfig
-else:
-    RelayConfig = dataclasses.make_dataclass(
-        "RelayConfig", [(p.name, p.type, field(default=p.default)) for p in rule_params()], bases=(_RelayCoreConfig,))
-    RelayConfig.__module__ = __name__
-    RelayConfig.__doc__ = _RelayCoreConfig.__doc__
+    params: dict[str, Any] = field(default_factory=dict)
+    """the selection rule's own parameters, only those of ``mode`` (topk: ``--set relay.params.k=3``); each is
+    checked against the rule's record and, when not set, recorded at its default"""
 
 
 @dataclass
@@ -555,6 +546,8 @@ class _Experiment:
         Why here: a value that passes this point must not crash the run later, after its folder was
         written (a negative seed, an infinite learning rate, a gradient clip of 0). Every numeric field
         of every section has an entry in ``RANGES`` (a test checks it), non-finite floats are refused.
+        The selection rule (``relay.mode``) and its parameters (``relay.params``) are checked by the rule's
+        record, which this module does not import: ``suPER.resolve`` (``resolve``, ``from_dict``) does both.
 
         Args:
             labels: dotted key -> how the user spelled it (``--lr``, ``--suPER_bandwidth``,
@@ -573,8 +566,8 @@ class _Experiment:
                       if f"{section}.{f.name}" in RANGES}
             check_ranges(getattr(self, section), ranges, _section_label(section, labels))
         r = self.relay
-        for key in ("relay.mode", "relay.insertion_priority"):
-            check_relay_setting(key, getattr(r, key.split(".")[1]), labels.get(key))
+        check_relay_setting("relay.insertion_priority", r.insertion_priority, labels.get("relay.insertion_priority"))
+        # relay.mode and relay.params: only the rule's record knows them (suPER.resolve.check_rule)
         u = self.run
         # numpy seeds must lie in [0, 2**32); leave room for the per-env and per-episode strides added later
         train_seed = u.seed + self.env.seed_offset
@@ -733,7 +726,8 @@ def _literal_values(cls: type, name: str) -> tuple[str, ...]:
 
 
 def check_relay_setting(key: str, value: Any, label: str | None = None) -> None:
-    """The one check of a relay setting (``relay.mode``, ``relay.bandwidth``, ``relay.window``, a rule parameter).
+    """The one check of a relay setting (``relay.bandwidth``, ``relay.window``, ``relay.insertion_priority``; the
+    rule and its parameters are checked by its record, ``suPER.core.selection``).
 
     Used by ``ExperimentConfig.validate`` (via ``RANGES`` for the numeric ones), ``Relay`` and
     ``suPERDQNConfig``, so every backend refuses the same values with the same message.
@@ -747,13 +741,11 @@ def check_relay_setting(key: str, value: Any, label: str | None = None) -> None:
         ConfigError: ``"<label>: expected <range>, got <value>"``.
     """
     name = key.removeprefix("relay.")
-    if name == "mode":
-        expected, ok = f"one of {', '.join(mode_names())}", value in mode_names()
-    elif name == "insertion_priority":
+    if name == "insertion_priority":
         choices = _literal_values(RelayConfig, name)
         expected, ok = f"one of {', '.join(choices)}", value in choices
     else:
-        expected, ok = _in_range(RANGES[key], value)
+        expected, ok = in_range(RANGES[key], value)
     _check(ok, label or key, expected, value)
 
 
@@ -773,21 +765,21 @@ RANGES: dict[str, str] = {
     "run.num_timesteps": INT1, "run.seed": INT0, "run.eval_interval": INT0, "run.eval_points": INT1,
     "run.eval_episodes": INT0, "run.eval_batch": INT0, "run.threads": INT0,
     "run.final_games": INT0, "run.final_games_epsilon": UNIT,
-    **{f"relay.{p.name}": p.range for p in rule_params() if p.type in (int, float)},  # from the rules' records
 }
 """The allowed range of every numeric config field (``section.field`` -> range), checked by ``validate``.
 
 Why a table: each value outside these ranges either crashes a run after its folder was written or
 silently trains something else (a negative gradient clip flips every gradient, 0 freezes the nets), and
 one table lets a test check that no numeric field is left out. An algorithm section's entries come from its
-dataclass's ``ranges`` (registered sections only)."""
+dataclass's ``ranges`` (registered sections only); a selection rule's parameters (``relay.params``) carry their
+ranges in their records (``suPER.core.selection.RuleParam.range``)."""
 
 _EXPECTED = {POS: "a number > 0", NONNEG: "a number >= 0", UNIT: "a number in [0, 1]", UNIT_OPEN: "a number in (0, 1]",
              INT1: "an integer >= 1", INT0: "an integer >= 0", "list int >= 1": "a non-empty list of integers >= 1"}
 
 
-def _in_range(spec: str, v: Any) -> tuple[str, bool]:
-    """(what is expected, whether ``v`` meets ``spec``); non-finite numbers never do."""
+def in_range(spec: str, v: Any) -> tuple[str, bool]:
+    """(what is expected, whether ``v`` meets ``spec``, a ``RANGES`` value); non-finite numbers never do."""
     expected = _EXPECTED[spec]
     if spec == "list int >= 1":
         return expected, isinstance(v, list) and bool(v) and all(isinstance(x, int) and x >= 1 for x in v)
@@ -818,7 +810,7 @@ def check_ranges(obj: Any, ranges: dict[str, str], label: Callable[[str], str] =
     """
     for name, spec in ranges.items():
         value = getattr(obj, name)
-        expected, ok = _in_range(spec, value)
+        expected, ok = in_range(spec, value)
         _check(ok, label(name), expected, value)
 
 
@@ -949,13 +941,13 @@ def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: st
             target[parts[-1]] = value
             continue
         where = labels.get(dotted, f"{source} {dotted}")
-        setattr(section, parts[1], _coerce(type(section), parts[1], value, where))
+        setattr(section, parts[1], coerce(get_type_hints(type(section))[parts[1]], value, where))
     return cfg
 
 
-def _coerce(cls: type, name: str, value: Any, where: str) -> Any:
-    """Coerce ``value`` to the annotated type of ``cls.name`` or raise ConfigError."""
-    hint = get_type_hints(cls)[name]
+def coerce(hint: Any, value: Any, where: str) -> Any:
+    """Coerce ``value`` to the type ``hint`` (a field's annotation: bool, int, float, str, a Literal, list[int],
+    a dict) or raise ConfigError naming ``where`` (``--lr``, ``--set dqn.lr``)."""
     origin = get_origin(hint)
     if origin is Literal:
         if value not in get_args(hint):
@@ -1003,61 +995,7 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def resolve(env_name: str, algo: str = "ddqn", overrides: dict[str, Any] | None = None,
-            named: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> ExperimentConfig:
-    """Build a validated config: defaults <- env YAML <- algo preset <- named flags <- dotted overrides.
-
-    Args:
-        labels: dotted key -> the flag as the user typed it (``--bandwidth`` or ``--suPER_bandwidth``,
-            ``--set dqn.lr``), so every error names what the user wrote; keys without one are named as
-            the dotted key.
-    """
-    labels = dict(labels or {})
-    cfg = ExperimentConfig()
-    apply_overrides(cfg, flatten(load_env_defaults(env_name)), source=str(env_yaml_path(env_name)))
-    cfg.env.name = canonical_env_name(env_name)  # after the YAML: a generic adapter's file names no env
-    spec = algorithm(algo, labels.get("run.algo", "--algo"))
-    cfg.run.algo = algo
-    apply_overrides(cfg, dict(spec.presets), source="--algo")
-    for key, targets in spec.flag_routes.items():  # --lr given to SEAC is still --lr
-        for target in targets:
-            if key in labels:
-                labels.setdefault(target, labels[key])
-    apply_overrides(cfg, route_flags(algo, named or {}, labels), source="flags", labels=labels)
-    apply_overrides(cfg, overrides or {}, source="--set", labels=labels)
-    return cfg.validate(labels)
-
-
-def from_dict(data: dict[str, Any]) -> ExperimentConfig:
-    """Rebuild a config from ``to_dict()`` output (e.g. a run's config.json)."""
-    cfg = ExperimentConfig()
-    apply_overrides(cfg, flatten(data), source="config.json")
-    return cfg.validate()
-
-
 VOLATILE_RUN_KEYS = ("progress", "device", "threads", "out", "wandb", "wandb_project", "wandb_group", "wandb_mode",
                      "checkpoint_replay", "replay_layout", "replay_device", "eval_batch", "eval_parallel",
                      "final_games", "final_games_epsilon")
 """``run.*`` settings that may change when an unfinished run is resumed (they do not change its results)."""
-
-
-def without_volatile(config: dict[str, Any]) -> dict[str, Any]:
-    """A ``to_dict()`` config without ``VOLATILE_RUN_KEYS``: what must match for a run to be resumed.
-
-    Fields added to the dataclasses after ``config`` was written (e.g. ``env.swap_teams``) are filled in at
-    their defaults first (``from_dict``), so a run started before them still resumes; a config that no
-    longer loads (a removed or renamed key) is compared as written, i.e. refused.
-    """
-    try:
-        config = from_dict(config).to_dict()
-    except (ConfigError, TypeError, ValueError, AttributeError):
-        pass
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    for k in VOLATILE_RUN_KEYS:
-        out.get("run", {}).pop(k, None)
-    return out
-
-
-def load_json(path: Path) -> ExperimentConfig:
-    """Load a run's ``config.json``."""
-    return from_dict(json.loads(Path(path).read_text()))

@@ -8,9 +8,10 @@ Episodes are seeded one by one (``episode_seeds``): episode k of evaluation i ha
 the run's evaluation seed, i and k, so an evaluation is reproducible from the run seed alone.
 ``play_episodes`` plays a list of seeded episodes either one at a time on one ``MultiAgentEnv``
 (sequential) or E at a time on a ``BatchedMultiAgentEnv`` (one batched policy call for all E games per
-step). ``make_eval_batch`` builds the batch an evaluation plays on: pursuit's vectorized env
-(``VecPursuitEnv``, E games as tensors, no Python loop over games or agents) where one is registered in
-``record.batched``, else E adapters in lockstep (``opponents.make_batch``). On a lockstep batch the episodes
+step). The batch an evaluation plays on is built with the env's opponent team by ``suPER.opponents.make_eval_batch``
+(one layer up): pursuit's vectorized env (``VecPursuitEnv``, E games as tensors, no Python loop over games or
+agents) where one is registered in ``record.batched``, else E adapters in lockstep (``opponents.make_batch``).
+This module plays the episodes it is given and builds no env. On a lockstep batch the episodes
 equal the sequential ones for a deterministic, batch-invariant policy; on the vectorized pursuit they
 equal the vectorized env's own one-at-a-time play and match the single game in distribution only (its
 draws are a counter-based hash, not PettingZoo's PCG64; docs/design.md, "Evaluation").
@@ -24,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from suPER.config import EnvConfig
 from suPER.envs.base import BatchedMultiAgentEnv, MultiAgentEnv
 
 BatchActFn = Callable[[Any, Any], Any]
@@ -33,36 +33,6 @@ tensor out); E = 1 when episodes are played one at a time"""
 
 BatchResetFn = Callable[[int], None]
 """called with E when E episodes start together (recurrent policies size and zero their per-game state)"""
-
-
-def make_eval_batch(cfg: EnvConfig, num_games: int, seed: int | None = None,
-                    device: str = "cpu") -> BatchedMultiAgentEnv:
-    """The batch of ``num_games`` games an evaluation (or a match) plays its episodes on.
-
-    Envs with a vectorized version (the env record's ``batched``: pursuit) get it, on ``device``: one
-    tensor step for all games instead of E adapter steps, the env being what bounds a batched pursuit
-    evaluation. The others (MAgent: battle, adversarial pursuit) get ``opponents.make_batch``, E adapters in
-    lockstep with one opponent forward for all games.
-
-    Args:
-        cfg: env config, as for ``make_env``.
-        num_games: E >= 1.
-        seed: seeds the lockstep games' opponent generators (a vectorized env has no opponents; its games
-            are seeded by ``reset(seeds)`` only).
-        device: torch device of a vectorized env's tensors.
-
-    Returns:
-        The batch; call ``reset(seeds, games)`` before stepping (``play_episodes`` does).
-    """
-    from suPER.envs import (  # envs.factory imports this module's users
-        env_record,
-        make_batch,
-        make_batched_env,
-    )
-
-    if env_record(cfg.name).batched is not None:
-        return make_batched_env(cfg, num_games, device=device)  # type: ignore[no-any-return]
-    return make_batch(cfg, num_games, seed=seed)
 
 
 def episode_seeds(eval_seed: int, index: int, episodes: int) -> list[int]:
@@ -130,7 +100,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
         env: the env, or a batch of E games.
         act: ``(obs_ENO, alive_EN) -> actions_EN``.
         seeds: one seed per episode (``episode_seeds``); on a ``MultiAgentEnv`` None resets without a seed
-            (the env's RNG continues: ``random_team_return``'s episodes).
+            (the env's RNG continues: ``suPER.opponents.random_team_return``'s episodes).
         on_reset: called with E before each wave of E games (with 1 before each sequential episode).
 
     Returns:
@@ -224,23 +194,3 @@ class EvalResult:
         }
         row.update({f"return_{a}": float(r) for a, r in zip(agent_ids, self.agent_return_mean_N)})
         return row
-
-
-def random_team_return(env_cfg: EnvConfig, episodes: int = 20, seed: int = 12345) -> float:
-    """Team return of a uniformly random policy on a seeded game: the bar the learning checks must clear.
-
-    The game is seeded by one ``reset(seed)`` (``make_env``'s seed only seeds opponents) and the episodes
-    continue its RNG, with actions from ``default_rng(0)``, so the baseline is the same number on every call
-    (and the number this function gave before it moved onto ``play_episodes``).
-    """
-    from suPER.envs import make_env
-
-    env = make_env(env_cfg, seed=seed)
-    try:
-        env.reset(seed=seed)
-        rng = np.random.default_rng(0)
-        n, n_actions = env.spec.n_agents, env.spec.n_actions
-        return play_episodes(env, lambda obs, alive: rng.integers(0, n_actions, (len(obs), n)),
-                             [None] * episodes).summary().team_return_mean
-    finally:
-        env.close()

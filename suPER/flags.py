@@ -257,7 +257,7 @@ def help_text(f: Flag, where: bool = True) -> str:
         if f.key == "relay.mode":  # its docstring names the registry; the rules' names are what a user types
             from suPER.core.selection import modes_help, rule_params
 
-            params = ", ".join(f"relay.{p.name} ({p.help})" for p in rule_params())
+            params = ", ".join(f"relay.params.{p.name} ({p.help})" for p in rule_params())
             parts = [f"selection rule: {modes_help()}; its parameters: --set {params}"]
         elif choices(f.key):
             parts.append(" | ".join(choices(f.key)))

@@ -24,7 +24,7 @@ baselines (SEAC, MADDPG, QMIX) read like CleanRL scripts: build the loop, build 
 Evaluation happens at exact multiples of ``ExperimentConfig.eval_interval`` env steps (env steps summed
 over parallel envs), on separate envs with greedy actions (``suPER.evaluation.evaluate_episodes``): the
 K episodes of evaluation i are seeded ``episode_seeds(eval_seed, i, K)`` and played as batches of
-``run.eval_batch`` games (``evaluation.make_eval_batch``: one batched policy call per step; 0 = one at a
+``run.eval_batch`` games (``opponents.make_eval_batch``: one batched policy call per step; 0 = one at a
 time), and
 writes one metrics.csv row: ``env_steps``, ``team_return_mean`` and the rest of ``EvalResult.as_row``,
 ``train_return_mean`` (last 20 training episodes), ``env_steps_per_sec`` (evaluation and checkpoint
@@ -60,8 +60,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER.config import ConfigError, ExperimentConfig, RunConfig, without_volatile
-from suPER.envs import MultiAgentEnv, make_env
+from suPER.config import ConfigError, ExperimentConfig, RunConfig
+from suPER.envs import MultiAgentEnv
 from suPER.envs.base import BatchedMultiAgentEnv
 from suPER.evaluation import (
     BatchActFn,
@@ -69,9 +69,10 @@ from suPER.evaluation import (
     EvalResult,
     episode_seeds,
     evaluate_episodes,
-    make_eval_batch,
 )
 from suPER.forked import ForkedCall, ForkedCallError, fork_supported
+from suPER.opponents import make_env, make_eval_batch
+from suPER.resolve import without_volatile
 from suPER.runs import (
     CSVMetrics,
     Logger,
@@ -187,7 +188,7 @@ def env_seeds(cfg: ExperimentConfig) -> tuple[int, int]:
 
 def make_eval_env(cfg: ExperimentConfig, eval_seed: int) -> MultiAgentEnv | BatchedMultiAgentEnv:
     """A run's evaluation env, for both backends: a batch of ``min(run.eval_batch, run.eval_episodes)``
-    games (``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
+    games (``opponents.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
     when ``run.eval_batch`` is 0. Opponents (if any) are seeded from ``eval_seed`` and explore with
     ``env.eval_opponent_epsilon`` (training games use ``env.opponent_epsilon``); episodes by their own seeds."""
     games = min(cfg.run.eval_batch, cfg.run.eval_episodes)
@@ -364,7 +365,7 @@ class RunLoop:
         device: torch device for the trainer's networks (``run.device`` resolved).
         envs: the training envs (``num_envs`` of them, seeded ``seed + seed_offset + i * ENV_SEED_STRIDE``).
         eval_env: the evaluation env: a batch of ``min(run.eval_batch, run.eval_episodes)`` games
-            (``evaluation.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
+            (``opponents.make_eval_batch``: pursuit's ``VecPursuitEnv``, else a ``LockstepBatch``), or one env
             when ``run.eval_batch`` is 0; every episode is reset with its own seed.
         eval_seed: the run's evaluation seed (``seed + env.seed_offset + env.eval_seed_offset``).
         spec: the learning team's ``EnvSpec``.

@@ -33,6 +33,7 @@ from typing import Any
 
 from suPER import config as C
 from suPER.campaigns.grid import Grid, GridRun, _load_raw, _merge, load_grid, parse_filter
+from suPER.resolve import resolve
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def run_seconds(cfg: C.ExperimentConfig) -> float | None:
 def paper_budget(env: str) -> int:
     """The paper's training budget of ``env`` in env steps (its resolved ``run.num_timesteps``: the env YAML's value,
     or the dataclass default where the YAML does not restate it)."""
-    return C.resolve(env).run.num_timesteps
+    return resolve(env).run.num_timesteps
 
 
 def figure_runs(figure: str, fraction: float | None = None, seeds: int | None = None,

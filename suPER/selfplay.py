@@ -30,18 +30,21 @@ from typing import Any
 import torch
 
 from suPER import config as C
-from suPER.envs import env_record, make_batch, make_env, opponent_env_names
+from suPER.envs import env_record, opponent_env_names
 from suPER.models import BatchedQNet
 from suPER.opponents import (
     MATCH_BATCH,
     OPPONENTS_DIR,
     TeamMeta,
     load_team,
+    make_batch,
+    make_env,
     play,
     save_team,
     sha256,
     team_policy,
 )
+from suPER.resolve import resolve
 from suPER.runs import atomic_write_bytes, atomic_write_csv, atomic_write_json
 
 WIN_LOWER_BOUND = 0.5
@@ -74,7 +77,7 @@ def selfplay_config(env_name: str, num_timesteps: int, snapshots: int, seed: int
              "run.threads": threads, "run.device": "cpu"}
     labels = {"run.seed": "--seed", "run.num_timesteps": "--num-timesteps", "run.out": "--out",
               "run.threads": "--threads"}
-    return C.resolve(env_name, "ddqn", overrides=overrides or {}, named=named, labels=labels)
+    return resolve(env_name, "ddqn", overrides=overrides or {}, named=named, labels=labels)
 
 
 def _split_and_save(q_state: dict[str, torch.Tensor], cfg: C.ExperimentConfig, env_steps: int,

@@ -20,6 +20,7 @@ from suPER import config as C
 from suPER.algorithms import AlgorithmSpec, algos_help, register
 from suPER.config import ALGORITHMS
 from suPER.metrics import metric
+from suPER.resolve import from_dict, resolve
 
 NAMED = {"dqn.lr": 1e-3, "dqn.buffer_size": 500, "dqn.model": "conv", "dqn.parameter_sharing": True}
 """The named flags that target an algorithm section (``--lr``, ``--buffer-size``, ``--model``, ``--parameter-sharing``)."""
@@ -37,16 +38,16 @@ def test_the_names_users_type_are_registered() -> None:
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
 def test_each_algorithm_records_its_sections_and_presets(algo: str) -> None:
     spec = ALGORITHMS[algo]
-    cfg = C.resolve("pursuit", algo)
+    cfg = resolve("pursuit", algo)
     assert cfg.run.algo == algo and isinstance(getattr(cfg, spec.section), spec.config)
     for dotted, value in spec.presets.items():
         section, key = dotted.split(".")
         assert getattr(getattr(cfg, section), key) == value, dotted
     assert list(cfg.to_dict()) == ["env", *spec.sections, "run"]
-    assert C.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
+    assert from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
     if not spec.can_relay:
         with pytest.raises(C.ConfigError, match=r"^--super: expected only with --algo .*, got '--algo "):
-            C.resolve("pursuit", algo, named={"relay.enabled": True}, labels={"relay.enabled": "--super"})
+            resolve("pursuit", algo, named={"relay.enabled": True}, labels={"relay.enabled": "--super"})
 
 
 @pytest.mark.parametrize("algo", list(ALGORITHMS))
@@ -59,9 +60,9 @@ def test_a_named_flag_reaches_the_algorithm_or_is_refused(algo: str, key: str) -
     section = key.split(".")[0]
     if section not in spec.sections and key not in spec.flag_routes:
         with pytest.raises(C.ConfigError, match=f"^{flag}: not used by --algo {algo}"):
-            C.resolve("pursuit", algo, named={key: value}, labels={key: flag})
+            resolve("pursuit", algo, named={key: value}, labels={key: flag})
         return
-    cfg = C.resolve("pursuit", algo, named={key: value})
+    cfg = resolve("pursuit", algo, named={key: value})
     for target in spec.flag_routes.get(key, (key,)) if section not in spec.sections else (key,):
         s, k = target.split(".")
         assert getattr(getattr(cfg, s), k) == value, target
@@ -139,7 +140,7 @@ def test_every_trainer_resumes_where_it_was_interrupted(algo: str, tmp_path: Pat
     spec = ALGORITHMS[algo]
     names = {f.name for f in dataclasses.fields(spec.config)}
     tiny = {f"{spec.section}.{k}": v for k, v in TINY_SECTION.items() if k in names}
-    cfg = C.resolve("pursuit", algo, overrides={**SMALL_PURSUIT, **tiny})
+    cfg = resolve("pursuit", algo, overrides={**SMALL_PURSUIT, **tiny})
     train, folder = trainer_for("native", algo), RunFolder(tmp_path / "run")
 
     def interrupt(env_steps: int, stats: dict[str, float]) -> None:

@@ -16,6 +16,7 @@ from suPER import analysis as A
 from suPER import config as C
 from suPER import export as X
 from suPER import plotting as P
+from suPER.resolve import resolve
 
 SMALL_PURSUIT = {"env.horizon": 60, "env.kwargs.x_size": 10, "env.kwargs.y_size": 10, "env.kwargs.n_evaders": 10,
                  "env.kwargs.max_cycles": 60}
@@ -32,7 +33,7 @@ CONFIGS = {  # label -> named overrides
 
 def fake_run(root: Path, label: str, seed: int, values: list[float], interval: int = 100) -> Path:
     """A finished run folder of configuration ``label`` on small pursuit (config, manifest, metrics; no training)."""
-    cfg = C.resolve("pursuit", "ddqn", named={**SMALL_PURSUIT, **CONFIGS[label], "run.seed": seed})
+    cfg = resolve("pursuit", "ddqn", named={**SMALL_PURSUIT, **CONFIGS[label], "run.seed": seed})
     folder = root / cfg.run_name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suPER import config as C
+from suPER.resolve import resolve
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_rows.py"
 
@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_rows.py"
 def run_folder(root: Path, name: str, steps: list[int], status: str) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    cfg = C.resolve("pursuit", "ddqn", named={"run.num_timesteps": 400, "run.eval_points": 4, "env.horizon": 50})
+    cfg = resolve("pursuit", "ddqn", named={"run.num_timesteps": 400, "run.eval_points": 4, "env.horizon": 50})
     assert cfg.eval_interval == 100
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
     (folder / "manifest.json").write_text(json.dumps({"status": status}))

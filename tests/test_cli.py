@@ -13,6 +13,7 @@ import pytest
 from suPER import config as C
 from suPER.cli import translate_paper_args
 from suPER.flags import named_settings
+from suPER.resolve import resolve, without_volatile
 
 CLI = [sys.executable, "-m", "suPER.cli"]
 
@@ -114,29 +115,27 @@ def test_finished_run_is_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_legacy_switch_turns_on_every_documented_quirk() -> None:
-    from suPER import config as C
     from suPER.config import paper_protocol_settings as legacy_settings
 
-    cfg = C.resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
+    cfg = resolve("pursuit", named={"relay.enabled": True, **legacy_settings(None)})
     assert cfg.relay.mode == "gaussian_variance"  # variance as the gaussian scale (REFERENCE 14.2)
     assert cfg.env.truncation_is_terminal  # 14.6
     assert cfg.relay.insertion_priority == "legacy"  # 14.7
     assert cfg.env.eval_seed_offset == 0  # 14.17
-    assert C.resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"
+    assert resolve("pursuit", named={**legacy_settings("quantile"), "relay.mode": "quantile"}).relay.mode == "quantile"
 
 
 def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long_runs() -> None:
     """``train`` with no budget starts the paper's 800k env steps: its plan line says so, with its evaluations and
     an estimated time, and names --quick; a short run's does not."""
-    from suPER import config as C
     from suPER.cli.train import plan_line
 
-    long = plan_line(C.resolve("pursuit"))
+    long = plan_line(resolve("pursuit"))
     assert "800,000 env steps, 201 evaluations x 20 episodes, estimated" in long and "--quick" in long
     assert float(long.split("estimated ")[1].split(" h")[0]) > 1
-    short = plan_line(C.resolve("pursuit", named=named_settings("pursuit", {"quick": True})[0]))
+    short = plan_line(resolve("pursuit", named=named_settings("pursuit", {"quick": True})[0]))
     assert "min at the Figure 1 campaign's pace" in short and "--quick" not in short
-    assert "estimated" not in plan_line(C.resolve("pursuit", "qmix"))  # no rate measured for it: no guess
+    assert "estimated" not in plan_line(resolve("pursuit", "qmix"))  # no rate measured for it: no guess
 
 
 def test_config_file_trains_exactly_that_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -156,7 +155,7 @@ def test_config_file_trains_exactly_that_configuration(monkeypatch: pytest.Monke
     for given in (str(recorded), recorded.read_text()):  # a file, or its JSON text (what a cluster job carries)
         assert cli.main(["train", "--config", given, "--out", str(tmp_path / "again"), "--threads", "2"]) == 0
         again = seen.pop()
-        assert C.without_volatile(again.to_dict()) == C.without_volatile(original.to_dict())
+        assert without_volatile(again.to_dict()) == without_volatile(original.to_dict())
         assert again.run.out == str(tmp_path / "again") and again.run.threads == 2
         assert again.run_name == original.run_name
 
@@ -168,7 +167,7 @@ def test_config_file_trains_exactly_that_configuration(monkeypatch: pytest.Monke
 ])
 def test_config_file_refuses_setting_flags_beside_it(tmp_path: Path, args: list[str], line: str) -> None:
     recorded = tmp_path / "config.json"
-    recorded.write_text(json.dumps(C.resolve("pursuit").to_dict()))
+    recorded.write_text(json.dumps(resolve("pursuit").to_dict()))
     r = run_cli("train", "--config", str(recorded), *args, "--out", str(tmp_path))
     assert r.returncode == 2 and r.stderr.strip() == r.stderr.strip().splitlines()[0], r.stderr
     assert r.stderr.startswith(line), r.stderr

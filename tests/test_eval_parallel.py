@@ -19,6 +19,7 @@ import pytest
 
 from suPER import campaigns
 from suPER import config as C
+from suPER import resolve as R
 from suPER.flags import named_settings
 from suPER.forked import ForkedCall, ForkedCallError
 from suPER.loop import RunLoop
@@ -36,7 +37,7 @@ def resolve(tmp_path: Path, env: str, overrides: dict[str, object], budget: int,
     named = {"run.num_timesteps": budget, "run.eval_interval": budget // 4, "run.eval_episodes": 2,
              "run.out": str(tmp_path), "run.progress": False, "run.device": "cpu", "relay.enabled": True,
              "relay.mode": "quantile", "relay.bandwidth": 0.2, **{f"run.{k}": v for k, v in run.items()}}
-    return C.resolve(env, "ddqn", overrides=dict(overrides), named=named)
+    return R.resolve(env, "ddqn", overrides=dict(overrides), named=named)
 
 
 def metrics(run_dir: Path) -> list[dict[str, str]]:

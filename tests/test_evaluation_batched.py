@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from suPER import config as C
 from suPER.envs.pursuit import PursuitEnv
 from suPER.envs.vec_pursuit import VecPursuitEnv
 from suPER.evaluation import episode_seeds, evaluate_episodes, play_episodes
 from suPER.loop import RunLoop
+from suPER.resolve import resolve
 from suPER.runs import RunFolder
 
 TINY = {"env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
@@ -32,8 +32,8 @@ def rowwise_act(obs_ENO, alive_EN):
 
 def rows(tmp: Path, eval_batch: int, seed: int = 1, evaluations: int = 3, overrides: dict | None = None
          ) -> tuple[list[dict], list[int], RunLoop]:
-    cfg = C.resolve("pursuit", "qmix", overrides={**TINY, **(overrides or {}), "run.eval_batch": eval_batch,
-                                                   "run.seed": seed})
+    cfg = resolve("pursuit", "qmix", overrides={**TINY, **(overrides or {}), "run.eval_batch": eval_batch,
+                                                 "run.seed": seed})
     loop = RunLoop(cfg, RunFolder(tmp / f"b{eval_batch}_s{seed}"))
     resets: list[int] = []
     try:

@@ -1,4 +1,5 @@
-"""Keeps the module map of STYLE.md true (ast import check), and runs ruff and mypy on the package."""
+"""Keeps the module map of STYLE.md true: a declared layer order that no import climbs, an import graph without
+cycles, each module's forbidden imports (ast import check, every import kind); and runs ruff and mypy."""
 
 from __future__ import annotations
 
@@ -16,17 +17,52 @@ from suPER.config import ALGORITHMS  # the records are registered by suPER.confi
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "suPER"
 
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaves", ("__init__.py", "arrays.py", "seeds.py", "forked.py", "stats.py", "docstrings.py", "metrics.py",
+                "algorithms.py", "embedded_ray.py",
+                "core/__init__.py")),  # an empty package file, run by every import of suPER.core.selection
+    ("config", ("config.py",)),
+    ("rules", ("core/selection.py",)),
+    ("components", ("resolve.py", "flags.py", "envs", "models", "replay", "core/relay.py", "runs.py",
+                    "evaluation.py", "plotting.py")),
+    ("opponents", ("opponents",)),
+    ("shared loop", ("loop.py",)),
+    ("trainers", ("native", "baselines", "core")),
+    ("orchestration", ("campaigns", "selfplay.py", "population", "analysis.py", "export.py", "reproduce.py")),
+    ("interface", ("cli", "experiments")),
+)
+"""The package's layers, bottom to top: (name, its modules as files or folders under suPER/). A module imports
+modules of its own layer or of layers below it, never of a layer above (``test_no_module_imports_a_higher_layer``),
+counting every import kind ``imports_of`` sees plus the package ``__init__`` files Python runs on the way. A file
+listed by name belongs to its layer even inside a folder listed in another (``core/selection.py`` in ``core``).
+
+- leaves: pure helpers and records that import nothing from suPER (the algorithm records, the numpy-or-torch shim,
+  seed offsets, the embedded Ray instance the RLlib runner and Ray Tune start);
+- config: the typed config sections, YAML and dotted overrides (imports the algorithm records only);
+- rules: the SUPER selection rules, each a record that declares and checks its own parameters;
+- components: a run's resolved config (config + the rule's record), the option table of ``train`` and the flag
+  -> setting translation (``flags``), env adapters with random / learning
+  opponents, networks, replay, relay routing, run folders, evaluation episodes, plots;
+- opponents: network opponent teams, and the env with its opponent team built (``make_env``, ``make_batch``);
+- shared loop: what every trainer shares (envs, evaluation schedule, checkpoints, resume);
+- trainers: the native trainers, the baselines, suPERDQN on RLlib and the ``--backend rllib`` runner;
+- orchestration: campaigns (grids, one run executed, Ray Tune, cluster jobs), self-play, population training,
+  analysis and exports;
+- interface: the ``super-marl`` command and the paper's ``suPER/experiments/main.py``."""
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "config.py": ("torch", "ray", "wandb", "suPER."),
+    "config.py": ("torch", "ray", "wandb"),  # of suPER only the leaves (LAYERS): the algorithm records
     "algorithms.py": ("torch", "ray", "wandb", "suPER."),  # a pure leaf: config.py imports it
-    "envs": ("suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "suPER.opponents",
-             "suPER.evaluation", "suPER.loop", "wandb", "ray", "torch"),
+    "resolve.py": ("torch", "ray", "wandb"),
+    "envs": ("suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "suPER.resolve",
+             "wandb", "ray"),  # torch: only vec_pursuit.py, lazily (test_lower_layers_import_without_torch)
     "models": ("suPER.envs", "suPER.replay", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray"),
-    "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray", "torch"),
-    "core/selection.py": ("suPER.", "wandb", "ray", "torch"),  # a pure leaf: config.py imports it
+    "replay": ("suPER.envs", "suPER.models", "suPER.core", "suPER.native", "suPER.runs", "wandb", "ray"),
+    "core/selection.py": ("wandb", "ray", "torch"),  # torch through suPER.arrays, when a tensor comes in
     "arrays.py": ("suPER.", "wandb", "ray"),  # the numpy-or-torch shim of replay and selection (torch lazily)
-    "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "wandb", "ray",
-                      "torch"),
+    "core/relay.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.native", "suPER.runs", "suPER.resolve",
+                      "wandb", "ray", "torch"),
+    "evaluation.py": ("suPER.envs.factory", "suPER.resolve", "ray", "wandb"),  # plays the episodes it is given
     "native": ("ray", "wandb", "suPER.cli"),
     "baselines": ("ray", "wandb", "suPER.cli", "suPER.native", "suPER.core"),
     "core/trainers.py": ("suPER.native", "suPER.cli", "wandb"),
@@ -42,21 +78,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "seeds.py": ("suPER.", "numpy", "torch", "ray", "wandb"),  # constants only: relay.py imports it
     "forked.py": ("suPER.", "ray", "wandb"),  # a leaf: a call in a forked child (loop.py's parallel evaluation)
     "stats.py": ("suPER.", "torch", "ray", "wandb"),  # a pure leaf: plotting, analysis and opponents use it
+    "docstrings.py": ("suPER.", "numpy", "torch", "ray", "wandb"),  # a pure leaf: field docs for --help, reference
+    "metrics.py": ("suPER.", "numpy", "torch", "ray", "wandb"),  # a pure leaf: the metrics.csv column records
+    "embedded_ray.py": ("suPER.", "torch", "wandb"),  # a leaf: the RLlib runner, Ray Tune and population use it
     "native/dqn_loss.py": ("suPER.", "numpy", "ray", "wandb"),  # pure tensor functions (packed runs reuse them)
     "plotting.py": ("suPER.envs", "suPER.models", "suPER.replay", "suPER.core", "suPER.native", "suPER.cli", "ray",
                     "torch"),
 }
-"""module (file or folder under suPER/) -> import prefixes it must not use (STYLE.md module map)"""
-
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "envs/vec_pursuit.py": ("torch",),  # issue 15: games as tensors on a device; imported lazily by make_batched_env
-    "replay/torch_per.py": ("torch",),  # issue 16: a pack's replay on its device (imported by the packed trainer only)
-    "core/selection.py": ("suPER.arrays",),  # issue 16: one rule definition for numpy and torch (no torch import)
-    "envs/factory.py": ("suPER.opponents",),  # make_env loads a network opponent at call time (issue 14)
-    "config.py": ("suPER.core.selection",  # the selection-rule registry declares relay.* fields (issue 14)
-                  "suPER.algorithms"),  # the algorithm records are registered next to their config sections
-}
-"""file under suPER/ -> imports it may use although its folder forbids them"""
+"""module (file or folder under suPER/) -> import prefixes it must not use (STYLE.md module map), besides any module
+of a higher layer (``LAYERS``). No exceptions: a file under a folder follows the folder's rule too."""
 
 
 LAZY_RESOLVER = "campaigns/execute.py"
@@ -66,7 +96,8 @@ TRAINER_ENTRIES = {e for s in ALGORITHMS.values() for e in s.trainers.values()}
 """the algorithm records' trainer strings: an arrow of ``LAZY_RESOLVER``, not of the module that spells them"""
 
 LAZY_SPEC = re.compile(r"(suPER(?:\.\w+)+):\w+")
-"""``"suPER.pkg.module:Name"`` strings: registry entries imported at call time (``record.batched``, loaders)"""
+"""``"suPER.pkg.module:Name"`` strings: registry entries imported at call time (``record.batched``, loaders); an
+arrow of the module that spells them"""
 
 
 def lazy_imports() -> dict[str, set[str]]:
@@ -74,16 +105,24 @@ def lazy_imports() -> dict[str, set[str]]:
     return {LAZY_RESOLVER: {e.partition(":")[0] for e in TRAINER_ENTRIES}}
 
 
+def is_module(name: str) -> bool:
+    """Whether the dotted ``name`` is a module of this repository (a ``.py`` file or a package folder)."""
+    path = ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def imports_of(path: Path) -> set[str]:
-    """Modules a file imports: import statements anywhere (also inside functions), string literals passed to
-    ``importlib.import_module``, ``"suPER.module:Name"`` registry strings (imported later by their user), and
-    for ``LAZY_RESOLVER`` the trainers it resolves."""
+    """Modules a file imports: import statements anywhere (also inside functions; ``from a import b`` names ``a``
+    and, when it is a module, ``a.b``), string literals passed to ``importlib.import_module``,
+    ``"suPER.module:Name"`` registry strings (imported later by their user), and for ``LAZY_RESOLVER`` the
+    trainers it resolves."""
     names: set[str] = set(lazy_imports().get(str(path.relative_to(PKG)), ())) if path.is_relative_to(PKG) else set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}"))
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str) and ast.unparse(node.func).endswith("import_module")):
             names.add(node.args[0].value)
@@ -93,10 +132,118 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
+def modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> file (a package is its ``__init__.py``)."""
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = f.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (``imports_of``: every kind, call-time ones included)."""
+    mods = modules()
+    return {m: {n for n in imports_of(f) if n in mods and n != m} for m, f in mods.items()}
+
+
+def parents(name: str) -> list[str]:
+    """The packages Python runs before it imports ``name`` (``suPER.core.selection`` -> ``suPER``, ``suPER.core``)."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def layer_of(path: Path) -> int:
+    """Index in ``LAYERS`` of a file under suPER/: the layer listing it, or its closest folder."""
+    rel = path.relative_to(PKG).as_posix()
+    best, where = -1, -1
+    for i, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if (rel == m or rel.startswith(m + "/")) and len(m) > best:
+                best, where = len(m), i
+    return where
+
+
+def test_every_module_has_one_layer() -> None:
+    listed = [m for _, members in LAYERS for m in members]
+    assert len(listed) == len(set(listed)), "a module listed in two layers"
+    assert [m for m in listed if not (PKG / m).exists()] == []
+    assert [str(f.relative_to(PKG)) for f in modules().values() if layer_of(f) < 0] == []
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """Every import (statements anywhere, importlib, registry strings) and the package ``__init__`` files Python
+    runs on the way stay in the importing module's layer or below."""
+    mods = modules()
+    graph = import_graph()
+    upward = []
+    for m, targets in graph.items():
+        here = layer_of(mods[m])
+        for t in sorted(targets | {p for x in (m, *targets) for p in parents(x) if p in mods} - {m}):
+            if layer_of(mods[t]) > here:
+                upward.append(f"{m} ({LAYERS[here][0]}) imports {t} ({LAYERS[layer_of(mods[t])][0]})")
+    assert upward == []
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_import_graph_has_no_cycles() -> None:
+    """No module reaches itself through imports of any kind (a package's ``__init__`` importing its own
+    submodules is the one arrow not counted back: Python runs the ``__init__`` first)."""
+    assert cycles(import_graph()) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check itself
+
+
 def test_hidden_import_arrows_are_seen() -> None:
-    """The lazy arrows are part of the graph: make_env -> the network opponent, pursuit -> its batched version."""
-    assert {"suPER.opponents.team_file", "suPER.opponents.policy"} <= imports_of(PKG / "envs" / "factory.py")
-    assert "suPER.envs.vec_pursuit" in imports_of(PKG / "envs" / "pursuit.py")
+    """The lazy arrows are part of the graph: pursuit -> its batched version (a registry string), the RLlib runner
+    -> the embedded Ray (a call-time import), ``from suPER import runs`` -> suPER.runs, the trainers -> their
+    resolver."""
+    graph = import_graph()
+    assert "suPER.envs.vec_pursuit" in graph["suPER.envs.pursuit"]
+    assert "suPER.embedded_ray" in graph["suPER.core.rllib_runner"]
+    assert "suPER.runs" in graph["suPER.campaigns.execute"]
+    assert {"suPER.native.dqn", "suPER.core.rllib_runner"} <= graph["suPER.campaigns.execute"]
+    assert "suPER.native.dqn" not in graph["suPER.config"]  # the trainer strings it spells are LAZY_RESOLVER's
+
+
+def test_lower_layers_import_without_torch_ray_or_wandb() -> None:
+    """The config, the rules, a run's resolved config, the env adapters, replay, relay, evaluation and run folders
+    import none of the heavy packages (torch arrives with a tensor or a batched env, never with the import)."""
+    code = ("import sys; import suPER.config, suPER.core.selection, suPER.resolve, suPER.envs, suPER.replay, "
+            "suPER.core.relay, suPER.evaluation, suPER.runs; "
+            "print(sorted(m for m in ('torch', 'ray', 'wandb') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("module", sorted(FORBIDDEN))
@@ -107,12 +254,9 @@ def test_module_imports_follow_the_layering(module: str) -> None:
     bad = []
     for f in files:
         for name in imports_of(f):
-            if any(name == a or name.startswith(a + ".") for a in ALLOWED.get(str(f.relative_to(PKG)), ())):
-                continue
             for prefix in FORBIDDEN[module]:
                 if name == prefix.rstrip(".") or name.startswith(prefix if prefix.endswith(".") else prefix + "."):
-                    if not (module == "config.py" and name == "suPER.config"):
-                        bad.append(f"{f.relative_to(ROOT)} imports {name}")
+                    bad.append(f"{f.relative_to(ROOT)} imports {name}")
                 elif name == prefix:
                     bad.append(f"{f.relative_to(ROOT)} imports {name}")
     assert not bad, bad

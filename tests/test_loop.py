@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suPER import config as C
 from suPER.evaluation import EvalResult
 from suPER.loop import RunLoop, RunRecord
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, read_metrics
 
 TINY = {"env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_size": 6, "env.kwargs.y_size": 6,
@@ -19,7 +19,7 @@ TINY = {"env.kwargs.n_pursuers": 2, "env.kwargs.n_evaders": 2, "env.kwargs.x_siz
 
 def random_run(folder: RunFolder, budget: int, stop_at: int | None = None, num_envs: int = 2) -> RunLoop:
     """A 'trainer' that acts uniformly at random in ``num_envs`` envs, with the loop doing everything else."""
-    cfg = C.resolve("pursuit", "seac", overrides={**TINY, "run.num_timesteps": budget, "run.eval_interval": 10})
+    cfg = resolve("pursuit", "seac", overrides={**TINY, "run.num_timesteps": budget, "run.eval_interval": 10})
     loop = RunLoop(cfg, folder, num_envs=num_envs)
     rng = np.random.default_rng(0)
     state = loop.restore()
@@ -74,8 +74,8 @@ def test_resume_refuses_another_configuration(tmp_path):
 
     folder = RunFolder(tmp_path / "r")
     random_run(folder, budget=40, stop_at=12)
-    cfg = C.resolve("pursuit", "seac", overrides={**TINY, "run.num_timesteps": 40, "run.eval_interval": 10,
-                                                  "seac.lr": 1e-3})
+    cfg = resolve("pursuit", "seac", overrides={**TINY, "run.num_timesteps": 40, "run.eval_interval": 10,
+                                                "seac.lr": 1e-3})
     with pytest.raises(ValueError, match="different configuration"):
         RunLoop(cfg, folder).restore()
 

@@ -17,18 +17,20 @@ from safetensors.torch import save_file
 from suPER import config as C
 from suPER import opponents as O
 from suPER.cli import main
-from suPER.envs import make_batch, make_env, opponent_env_names
+from suPER.envs import opponent_env_names
 from suPER.evaluation import episode_seeds, play_episodes
 from suPER.loop import make_eval_env
 from suPER.models import BatchedQNet
 from suPER.models.qnet import reference_from_batched
+from suPER.opponents import make_batch, make_env
+from suPER.resolve import resolve
 
 ADV_SHAPE, ADV_ACTIONS = (10, 10, 5), 13
 PREDATORS = tuple(f"predator_{i}" for i in range(4))
 
 
 def env_cfg(name: str, opponent: str = "random", **kw: object) -> C.EnvConfig:
-    return replace(C.resolve(name, "ddqn").env, opponent=opponent, **kw)  # type: ignore[arg-type]
+    return replace(resolve(name, "ddqn").env, opponent=opponent, **kw)  # type: ignore[arg-type]
 
 
 def team(tmp_path: Path, hiddens: int = 256, seed: int = 0, name: str = "team.safetensors",
@@ -280,8 +282,8 @@ def test_eval_opponent_epsilon_explores_in_evaluation_games_only() -> None:
     """``env.eval_opponent_epsilon`` (``--eval-opponent-epsilon``): the evaluation env's network opponent
     explores with it while training games keep ``env.opponent_epsilon`` (the original: exploring in training,
     greedy in evaluation, i.e. ``--opponent-epsilon 0.1``); a greedy team then plays differing battle games."""
-    cfg = C.resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 0.05, "env.opponent_epsilon": 0.1,
-                                                 "env.horizon": 100, "run.eval_episodes": 4})
+    cfg = resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 0.05, "env.opponent_epsilon": 0.1,
+                                               "env.horizon": 100, "run.eval_episodes": 4})
     eval_env, train_env = make_eval_env(cfg, eval_seed=11), make_env(cfg.env, seed=11)
     try:
         assert [g.opponent.epsilon for g in eval_env.games] == [0.05] * 4  # type: ignore[attr-defined]
@@ -293,4 +295,4 @@ def test_eval_opponent_epsilon_explores_in_evaluation_games_only() -> None:
         train_env.close()
     assert len(set(np.round(ep.agent_return_KN.sum(axis=1), 6))) > 1
     with pytest.raises(C.ConfigError, match=r"env.eval_opponent_epsilon: expected a number in \[0, 1\]"):
-        C.resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 1.5})
+        resolve("battle", "ddqn", overrides={"env.eval_opponent_epsilon": 1.5})

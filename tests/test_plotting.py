@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from suPER import config as C
 from suPER import plotting as P
+from suPER.resolve import resolve
 
 
 def fake_run(root: Path, env: str, seed: int, values: list[float], *, mode: str | None = None, tag: str = "",
@@ -23,7 +23,7 @@ def fake_run(root: Path, env: str, seed: int, values: list[float], *, mode: str 
     named: dict[str, Any] = {"run.seed": seed, "run.tag": tag}
     if mode:
         named.update({"relay.enabled": True, "relay.mode": mode})
-    cfg = C.resolve(env, "ddqn", named=named)
+    cfg = resolve(env, "ddqn", named=named)
     folder = root / cfg.run_name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
@@ -149,7 +149,7 @@ class FakeApi:
 def test_wandb_curves_use_the_logged_config_and_env_steps() -> None:
     runs = []
     for seed in (1, 2):
-        cfg = C.resolve("battle", "dqn", named={"run.seed": seed}).to_dict()
+        cfg = resolve("battle", "dqn", named={"run.seed": seed}).to_dict()
         rows = [{"_step": s, "charts/team_return_mean": seed * s / 100} for s in (200, 0, 100)]
         rows.append({"_step": 300, "charts/loss": 1.0})  # a row without the metric
         runs.append(FakeRun(cfg, rows, ["me", "proj", f"id{seed}"]))
@@ -194,7 +194,7 @@ def test_unfinished_runs_stay_out_of_bands_and_tables(tmp_path: Path) -> None:
 
 
 def test_wandb_state_marks_unfinished_runs() -> None:
-    cfg = C.resolve("battle", "dqn", named={"run.seed": 1}).to_dict()
+    cfg = resolve("battle", "dqn", named={"run.seed": 1}).to_dict()
     rows = [{"_step": s, "charts/team_return_mean": 1.0} for s in (0, 100)]
     api = FakeApi([FakeRun(cfg, rows, ["me", "p", "a"], state="crashed"), FakeRun(cfg, rows, ["me", "p", "b"])])
     assert [(c.status, c.finished) for c in P.load_wandb_curves("p", api=api)] == [("crashed", False),

@@ -14,6 +14,7 @@ from suPER import config as C
 from suPER import reproduce as R
 from suPER.campaigns.grid import GridError, load_grid
 from suPER.flags import named_settings
+from suPER.resolve import resolve
 from tests.test_cli import run_cli
 
 # (dotted key, this suite's default, the original's behaviour, REFERENCE item): one row per documented deviation
@@ -38,18 +39,18 @@ def _get(cfg: Any, dotted: str) -> Any:
 @pytest.mark.parametrize("key,ours,paper,why", DEVIATIONS, ids=[d[0] for d in DEVIATIONS])
 def test_paper_protocol_restores_each_documented_original(env: str, key: str, ours: Any, paper: Any, why: str) -> None:
     flags = {"super": True, "super_mode": "quantile"}
-    assert _get(C.resolve(env, named=named_settings(env, flags)[0]), key) == ours, why
+    assert _get(resolve(env, named=named_settings(env, flags)[0]), key) == ours, why
     for switch in ({"protocol": "paper"}, {"legacy": True}):
-        assert _get(C.resolve(env, named=named_settings(env, {**flags, **switch})[0]), key) == paper, why
+        assert _get(resolve(env, named=named_settings(env, {**flags, **switch})[0]), key) == paper, why
 
 
 def test_paper_protocol_uses_the_originals_gaussian_on_the_variance() -> None:
     """14.2: gaussian (and the original's CLI default mode) becomes variance-as-scale; quantile stays quantile."""
     for mode in (None, "gaussian"):
         named = named_settings("battle", {"super": True, "super_mode": mode, "protocol": "paper"})[0]
-        assert C.resolve("battle", named=named).relay.mode == "gaussian_variance"
+        assert resolve("battle", named=named).relay.mode == "gaussian_variance"
     named = named_settings("battle", {"super": True, "super_mode": "gaussian"})[0]
-    assert C.resolve("battle", named=named).relay.mode == "gaussian"
+    assert resolve("battle", named=named).relay.mode == "gaussian"
 
 
 def test_protocol_values_and_conflicts_are_refused_by_name() -> None:
@@ -88,17 +89,17 @@ def test_parameter_sharing_batch_is_formed_as_the_original_formed_it(env: str, r
         asked.clear()
         named = {**named_settings(env, {"protocol": protocol, "parameter_sharing": True})[0], **TINY,
                  "run.final_games": 0, "run.out": str(tmp_path)}
-        execute(C.resolve(env, named=named))
+        execute(resolve(env, named=named))
         assert asked and set(asked) == {expected}, protocol
 
 
 def test_opponent_epsilon_decays_with_each_opponents_own_actions() -> None:
     """REFERENCE 8 / 3.4: under the paper protocol the frozen red team explores in training games with epsilon
     0.1 -> 0.001 over its own first 100k actions, counted per agent while alive; evaluation games stay greedy."""
-    from suPER.envs import make_env
     from suPER.loop import make_eval_env
+    from suPER.opponents import make_env
 
-    cfg = C.resolve("battle", named=named_settings("battle", {"protocol": "paper"})[0])
+    cfg = resolve("battle", named=named_settings("battle", {"protocol": "paper"})[0])
     env = make_env(cfg.env, seed=1)
     try:
         opp = env.opponent
@@ -124,7 +125,7 @@ def test_opponent_epsilon_decays_with_each_opponents_own_actions() -> None:
         assert all(not g.opponent.explores for g in ev.games)  # greedy evaluation, as the original
     finally:
         ev.close()
-    ours = make_env(C.resolve("battle").env, seed=1)
+    ours = make_env(resolve("battle").env, seed=1)
     try:
         assert not ours.opponent.explores
     finally:
@@ -191,7 +192,7 @@ def test_a_resumed_run_continues_the_opponents_exploration(tmp_path: Path) -> No
     from suPER.runs import prepare_run_folder
 
     named = {**named_settings("battle", {"protocol": "paper"})[0], **TINY, "run.out": str(tmp_path)}
-    cfg = C.resolve("battle", named=named)
+    cfg = resolve("battle", named=named)
     folder = prepare_run_folder(cfg.run.out, cfg.run_name)
     def idle(obs: np.ndarray, alive: np.ndarray) -> np.ndarray:
         return np.zeros(obs.shape[:2], dtype=np.int64)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from suPER import cli
-from suPER.config import from_dict
+from suPER.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG1 = ROOT / "results" / "fig1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from suPER import config as C
+from suPER.resolve import without_volatile
 
 # --------------------------------------------------------------------------------------------------
 # executing one run: fresh, resumed or refused
@@ -247,8 +248,8 @@ def check_resumable(cfg: C.ExperimentConfig, folder: Any) -> list[str]:
     if not isinstance(old, dict):
         raise runs.RunFolderError(f"{folder.config}: expected the run's JSON config, got a JSON {type(old).__name__}",
                                   "restore it", RESTART)
-    if C.without_volatile(old) != C.without_volatile(cfg.to_dict()):
-        diff = first_difference(C.without_volatile(old), C.without_volatile(cfg.to_dict()))
+    if without_volatile(old) != without_volatile(cfg.to_dict()):
+        diff = first_difference(without_volatile(old), without_volatile(cfg.to_dict()))
         raise runs.RunFolderError(
             f"--out: {folder.path} holds an unfinished run of a different configuration ({diff})", "use another --tag",
             "start it over")

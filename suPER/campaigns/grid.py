@@ -41,6 +41,7 @@ import yaml
 
 from suPER import config as C
 from suPER.flags import FLAG_KEYS, GRID_SWITCHES, SUPER_ONLY_FLAGS, flag, named_settings, value_type
+from suPER.resolve import nest_rule_params, resolve
 
 GRID_KEYS = ("name", "description", "seeds", "base", "defaults", "env_defaults", "only", "order", "runs")
 """Top-level keys of a grid file."""
@@ -222,7 +223,7 @@ class GridRun:
             named["run.out"] = str(out)
         named.update({f"run.{k}": v for k, v in run_fields.items()})
         labels.update({dotted: f"set: {dotted}" for dotted in self.overrides})
-        return C.resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
+        return resolve(self.env, self.algo, overrides=dict(self.overrides), named=named, labels=labels)
 
     @property
     def run_name(self) -> str:
@@ -399,7 +400,7 @@ def _type_check(overrides: dict[str, Any], source: str, flag: bool = True) -> No
     With ``flag`` the source already names the flag, so the dotted key is left out of the message.
     """
     try:
-        C.apply_overrides(C.ExperimentConfig(), overrides, source=source)
+        C.apply_overrides(C.ExperimentConfig(), nest_rule_params(overrides)[0], source=source)
     except C.ConfigError as exc:
         msg = str(exc)
         if flag:

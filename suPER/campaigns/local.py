@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suPER import config as C
 from suPER.campaigns.execute import execute, first_difference
 from suPER.campaigns.grid import Grid, GridRun
 from suPER.campaigns.resources import run_resources
+from suPER.resolve import without_volatile
 
 # --------------------------------------------------------------------------------------------------
 # many runs: Ray Tune, one trial per run
@@ -44,8 +44,8 @@ def stale(folder: Any, run: GridRun, out: Path) -> str:
         old = json.loads(folder.config.read_text())
     except (OSError, ValueError):
         return "its config.json cannot be read"
-    new = C.without_volatile(run.config(out=out).to_dict())
-    old = C.without_volatile(old)
+    new = without_volatile(run.config(out=out).to_dict())
+    old = without_volatile(old)
     return "" if old == new else first_difference(old, new)
 
 
@@ -208,7 +208,7 @@ def ray_session(address: str | None, num_cpus: int | None = None, num_gpus: int 
 
     import ray
 
-    from suPER.campaigns import embedded_ray
+    from suPER import embedded_ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None

@@ -10,6 +10,7 @@ import typer
 
 from suPER import config as C
 from suPER.cli.common import UserError
+from suPER.resolve import resolve
 
 opponents_app = typer.Typer(no_args_is_help=True, help="Fixed opponent teams of battle / adversarial_pursuit: "
                             "train them by self-play, evaluate teams against them.")
@@ -74,8 +75,9 @@ def opponents_eval(
 ) -> None:
     """Play a team against an opponent for N episodes: mean returns and win rate with 95% CIs."""
     from suPER import opponents as O
-    from suPER.envs import make_batch, opponent_env_names
+    from suPER.envs import opponent_env_names
     from suPER.loop import set_threads
+    from suPER.opponents import make_batch
 
     if env not in opponent_env_names():
         raise UserError(f"--env: expected one of {', '.join(opponent_env_names())}, got {env!r}")
@@ -84,7 +86,7 @@ def opponents_eval(
     if threads < 0:
         raise UserError(f"--threads: expected an integer >= 0, got {threads}")
     set_threads(threads)
-    cfg = C.resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
+    cfg = resolve(env, "ddqn", named={"env.opponent": opponent, "env.opponent_epsilon": opponent_epsilon,
                                         "env.opponent_allow_pickle": allow_pickle},
                     labels={"env.opponent": "--opponent", "env.opponent_epsilon": "--opponent-epsilon"})
     e = make_batch(cfg.env, min(episodes, O.MATCH_BATCH), seed=seed)

@@ -30,6 +30,7 @@ from suPER.flags import (
     named_settings,
     value_type,
 )
+from suPER.resolve import from_dict, resolve
 
 CONFIG_FILE_FLAGS = ("out", "overwrite", "skip_finished", "progress", "device", "threads", "wandb", "wandb_project",
                      "wandb_group", "wandb_mode", "eval_parallel", "backend")
@@ -103,7 +104,7 @@ def train(**opts: Any) -> None:
     packed: list[C.ExperimentConfig] = []
     for i, (cfg, labels) in enumerate(cfgs):
         if i == 0:
-            from suPER.envs import check_opponent
+            from suPER.opponents import check_opponent
 
             check_opponent(cfg.env)  # a bad weights file is a one-line error before any folder is written
             check_with_env(cfg, labels)
@@ -145,9 +146,9 @@ def _from_flags(opts: dict[str, Any], label: Callable[[str], str]) -> list[tuple
     overrides = C.parse_set_pairs(opts["set"] or [])
     typed = typed_flags()
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
-    first = C.resolve(env, algo, overrides=overrides, named=named, labels=labels)
+    first = resolve(env, algo, overrides=overrides, named=named, labels=labels)
     return [(first, labels)] + [
-        (C.resolve(env, algo, overrides=overrides, named={**named, "run.seed": first.run.seed + i}, labels=labels),
+        (resolve(env, algo, overrides=overrides, named={**named, "run.seed": first.run.seed + i}, labels=labels),
          labels) for i in range(1, opts["num_seeds"])]
 
 
@@ -186,7 +187,7 @@ def _from_config_file(opts: dict[str, Any],
     run = {f"run.{n}": opts[n] for n in CONFIG_FILE_FLAGS if f"run.{n}" in C.flatten(C.ExperimentConfig().to_dict())
            and opts[n] is not None}
     try:
-        cfg = C.from_dict({**data, "run": {**data.get("run", {}), **{k[4:]: v for k, v in run.items()}}})
+        cfg = from_dict({**data, "run": {**data.get("run", {}), **{k[4:]: v for k, v in run.items()}}})
     except C.ConfigError as exc:
         raise UserError(f"{where}: {exc}") from None
     return [(cfg, {k: label(k[4:]) for k in run})]

@@ -14,7 +14,7 @@ online and target networks before the update. With bandwidth ``b`` it relays row
   variance as the scale (REFERENCE section 14, item 2); kept to reproduce its numbers;
 * ``stochastic``: independently with probability ``p_i = min(1, b * n_s * |td_i| / sum_j |td_j|)``,
   drawn from the generator passed in (expected count ``b * n_s`` unless clipped);
-* ``topk``: the ``relay.k`` rows of highest |td| of the fragment (the bandwidth only acts at its edges).
+* ``topk``: the ``relay.params.k`` rows of highest |td| of the fragment (the bandwidth only acts at its edges).
 
 Each rule is one registered record in ``suPER.core.selection.SELECTION_RULES`` (its selector, whether
 it uses the window, its own parameters); ``Relay`` dispatches by registry lookup.
@@ -41,7 +41,8 @@ import numpy as np
 
 from suPER import seeds
 from suPER.arrays import concatenate, is_tensor, like, to_numpy, uniform, zeros
-from suPER.core.selection import SELECTION_RULES, mode_names
+from suPER.config import ConfigError, check_relay_setting
+from suPER.core.selection import SELECTION_RULES, check_mode, mode_names
 
 if TYPE_CHECKING:
     from suPER.config import RelayConfig
@@ -128,7 +129,7 @@ def threshold(mode: str, window_values: np.ndarray, bandwidth: float) -> float:
     """
     empty = np.zeros(0)
     return float(SELECTION_RULES[mode].select(empty, np.asarray(window_values, dtype=np.float64), bandwidth,
-                                              np.random.default_rng(0), {})[1])
+                                              None, {})[1])
 
 
 @dataclass
@@ -196,18 +197,14 @@ class Relay:
                  exclude: Sequence[str] = (), rng: np.random.Generator | None = None,
                  params: Mapping[str, Any] | None = None, insertion: InsertionPolicy | None = None,
                  labels: Mapping[str, str] | None = None, device: Any = None) -> None:
-        from suPER.config import check_relay_setting
-
         labels = {**PAPER_FLAGS, **(labels or {})}
-        for key, value in (("relay.mode", mode), ("relay.bandwidth", bandwidth), ("relay.window", window)):
+        self.rule = check_mode(mode, labels.get("relay.mode"))
+        for key, value in (("relay.bandwidth", bandwidth), ("relay.window", window)):
             check_relay_setting(key, value, labels.get(key))
         self.agent_ids = list(agent_ids)
         self.mode = mode
-        self.rule = SELECTION_RULES[mode]
-        self.params = {p.name: p.default for p in self.rule.params}
-        self.params.update({k: v for k, v in (params or {}).items() if k in self.params})
-        for p in self.rule.params:
-            check_relay_setting(f"relay.{p.name}", self.params[p.name], labels.get(f"relay.{p.name}"))
+        own = {p.name for p in self.rule.params}  # another rule's parameters are not this relay's business
+        self.params = self.rule.check_params({k: v for k, v in (params or {}).items() if k in own}, labels)
         self.bandwidth = float(bandwidth)
         self.participants_N = team_mask(self.agent_ids, team, exclude)
         self.windows = TDWindow(len(self.agent_ids), window, device)
@@ -222,7 +219,7 @@ class Relay:
         """The relay of a run, the same on every backend.
 
         Args:
-            rc: the typed relay config (mode, bandwidth, window, team, insertion priority, rule parameters).
+            rc: the typed relay config (mode, bandwidth, window, team, insertion priority, the rule's parameters).
             agent_ids: the N sharing policies/modules in array order.
             seed: the run seed; the relay's generator gets ``seed + RELAY_SEED_OFFSET`` (None: unseeded).
             per_eps: the receiver buffers' priority epsilon (``dqn.per_eps``) for sender/legacy priorities.
@@ -234,10 +231,9 @@ class Relay:
             device: a torch device: keep the windows there and select on TD tensors (packed runs with device
                 replay); None: numpy windows.
         """
-        params = {p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params} if rc.mode in SELECTION_RULES else {}
         return cls(agent_ids, mode=rc.mode, bandwidth=float(rc.bandwidth), window=int(rc.window),
                    team=(team if team is not None else rc.team) or None, exclude=exclude,
-                   rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET), params=params,
+                   rng=np.random.default_rng(None if seed is None else seed + RELAY_SEED_OFFSET), params=rc.params,
                    insertion=InsertionPolicy.from_config(rc, per_eps, sender_side), labels=labels, device=device)
 
     @property
@@ -273,7 +269,8 @@ class Relay:
             if b >= 1.0 or b <= 0.0:  # share-all / share-nothing, whatever the mode
                 chosen = like(td, np.full(rows.size, b >= 1.0))
             else:
-                chosen, thresholds[s] = rule.select(td, hist, b, self.rng, self.params)
+                u = uniform(self.rng, tuple(td.shape), td) if rule.draws_per_row else None
+                chosen, thresholds[s] = rule.select(td, hist, b, u, self.params)
             selected[s, rows_x] = chosen
         return selected, thresholds
 
@@ -329,9 +326,10 @@ def select_many(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndarray,
 
     A pack's runs each have their own ``Relay`` (windows, generator, checkpoint); selecting them one sender at a
     time costs ``R x N`` rule calls per fragment, which on a GPU is ``R x N`` times a handful of kernel launches.
-    Batched, it is one window write, one ``select_rows`` call and, for rules that draw, one draw per run from its
-    own generator (the same numbers in the same order as sender by sender). Batched when the relays are active
-    and share the rule (with a ``select_rows``), bandwidth, parameters, window length and participants, every
+    Batched, it is one window write, one call of the rule on ``[G, T]`` rows (each rule is written along the last
+    axis, ``suPER.core.selection``) and, for rules that draw, one draw per run from its own generator (the same
+    numbers in the same order as sender by sender). Batched when the relays are active and share the rule,
+    bandwidth, parameters, window length and participants, every
     participant has all ``T`` rows of the fragment and (windowed rules) their windows are equally full and given
     stacked; otherwise relay by relay. Either way the result, the windows and the generators equal the relays'
     own ``select`` calls (``tests/core/test_relay.py``).
@@ -367,9 +365,6 @@ def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndar
     rule, b = first.rule, first.bandwidth
     part_S = np.flatnonzero(first.participants_N)
     counts = {int(rel.windows.count_N[s]) for rel in relays for s in part_S}
-    select_rows = rule.select_rows
-    if select_rows is None:
-        return None
     batched = (all(rel.active for rel in relays)
                and all(rel.rule is rule and rel.bandwidth == b and rel.params == first.params
                        and rel.windows.window == first.windows.window
@@ -404,7 +399,7 @@ def _select_stacked(relays: Sequence[Relay], td_abs_RNT: Any, valid_RNT: np.ndar
         u = None
         if rule.draws_per_row:  # each run's generator, its senders in order: the numbers of sender-by-sender draws
             u = concatenate([uniform(rel.rng, (len(part_S), T), td_RST) for rel in relays])
-        chosen, c = select_rows(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
+        chosen, c = rule.select(td_RST.reshape(G, T), hist.reshape(G, hist.shape[-1]), b, u, first.params)
         selected[:, S] = chosen.reshape(R, len(part_S), T)
         thresholds[:, S] = c.reshape(R, len(part_S))
     return selected, thresholds
@@ -447,6 +442,4 @@ def insertion_priorities(rule: str, td_abs_K: np.ndarray, receiver_K: np.ndarray
         receivers, first_k = np.unique(receiver_K, return_index=True)
         idx = first_k[np.searchsorted(receivers, receiver_K)]
         return td_abs_K[idx].astype(np.float64) + eps
-    from suPER.config import ConfigError  # call time: config imports this package's selection registry
-
     raise ConfigError(f"--suPER_insertion_priority: expected one of {', '.join(INSERTION_PRIORITIES)}, got {rule!r}")

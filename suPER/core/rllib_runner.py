@@ -2,7 +2,7 @@
 
 Same inputs and outputs as ``suPER.native.dqn.train``: an ``ExperimentConfig`` in, the run folder's
 ``metrics.csv`` (the native trainer's columns), W&B through the injected logger, a ``Summary`` out.
-What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.envs.make_env``,
+What differs is who trains: RLlib's EnvRunner samples our own env adapters (``suPER.opponents.make_env``,
 wrapped as an RLlib ``MultiAgentEnv`` whose agents are the *learners only*; fixed opponents act
 inside the adapter, as in the native backend and the original), RLlib's Learner updates one
 ``PaperDQNTorchRLModule`` (``suPER.core.rllib_model``) per learner, and ``suPERDQN`` relays.
@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from suPER.config import EnvConfig, ExperimentConfig
-from suPER.core.selection import SELECTION_RULES
-from suPER.envs import make_env
+from suPER.opponents import make_env
 from suPER.runs import Logger, RunFolder, Summary
 
 if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when training
@@ -196,7 +195,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
                                   "beta": d.per_beta},
             suPER=rc.enabled, suPER_mode=rc.mode, suPER_bandwidth=rc.bandwidth, suPER_window=rc.window,
             suPER_team_sharing=rc.team or None, suPER_insertion_priority=rc.insertion_priority,
-            suPER_params={p.name: getattr(rc, p.name) for p in SELECTION_RULES[rc.mode].params},
+            suPER_params=dict(rc.params),
             suPER_priority_eps=d.per_eps, suPER_env_name=cfg.env.name,
         )
         .reporting(min_sample_timesteps_per_iteration=cfg.eval_interval, min_time_s_per_iteration=0,
@@ -245,8 +244,8 @@ def train_rllib(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None 
         print("note: --eval-parallel: the RLlib backend evaluates in-process", file=sys.stderr)
     record = RunRecord(folder, logger, progress)
     # alone (not inside a grid run's Ray): the same embedded Ray as `grid run`, token auth on and stopped
-    # with the driver, SIGKILL included (suPER.campaigns.embedded_ray: why not a plain ray.init)
-    from suPER.campaigns import embedded_ray
+    # with the driver, SIGKILL included (suPER.embedded_ray: why not a plain ray.init)
+    from suPER import embedded_ray
 
     own_ray = eval_env = algo = None
     try:

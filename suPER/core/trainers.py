@@ -54,7 +54,7 @@ from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.metrics import TIMERS
 
-from suPER.config import ConfigError, RelayConfig, check_relay_setting
+from suPER.config import ConfigError, RelayConfig, check_relay_setting, in_range
 from suPER.core.relay import INSERTION_PRIORITIES, Relay
 from suPER.core.rllib_buffer import (
     BUFFER_PATH,
@@ -62,7 +62,7 @@ from suPER.core.rllib_buffer import (
     RelayMultiAgentPrioritizedEpisodeReplayBuffer,
     check_rllib_internals,
 )
-from suPER.core.selection import rule_params
+from suPER.core.selection import SELECTION_RULES, check_mode
 
 logger = logging.getLogger(__name__)
 
@@ -159,15 +159,17 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
 
         if not isinstance(self.suPER, bool):
             bad("suPER", "True or False", self.suPER)
-        try:  # the checks every backend shares (suPER.config.check_relay_setting), named as typed here
-            for key, value in (("relay.mode", self.suPER_mode), ("relay.bandwidth", self.suPER_bandwidth),
-                               ("relay.window", self.suPER_window)):
+        try:  # the checks every backend shares (the rules' records, suPER.config.check_relay_setting), named as typed
+            check_mode(self.suPER_mode, "suPER_mode")
+            for key, value in (("relay.bandwidth", self.suPER_bandwidth), ("relay.window", self.suPER_window)):
                 check_relay_setting(key, value, key.replace("relay.", "suPER_"))
-            known = {p.name for p in rule_params()}
+            known = {p.name for r in SELECTION_RULES.values() for p in r.params}
             if not isinstance(self.suPER_params, dict) or not set(self.suPER_params) <= known:
                 bad("suPER_params", f"a dict with keys among {', '.join(sorted(known))}", self.suPER_params)
-            for name, value in self.suPER_params.items():
-                check_relay_setting(f"relay.{name}", value, f"suPER_params[{name!r}]")
+            for p in (p for r in SELECTION_RULES.values() for p in r.params if p.name in self.suPER_params):
+                value = self.suPER_params[p.name]  # checked by the declaring rule's range; RLlib keys are not coerced
+                if p.type in (int, float) and not in_range(p.range, value)[1]:
+                    bad(f"suPER_params[{p.name!r}]", in_range(p.range, value)[0], value)
             check_relay_setting("dqn.per_eps", self.suPER_priority_eps, "suPER_priority_eps")
         except ConfigError as e:
             self._value_error(str(e))
@@ -432,9 +434,11 @@ def _type_name(buffer_type: Any) -> str:
 def relay_config_of(config: suPERDQNConfig) -> RelayConfig:
     """The typed relay config of a ``suPERDQNConfig`` (its suPER_* keys) -- what the native trainer reads."""
     team = config.suPER_team_sharing
+    own = {p.name for p in SELECTION_RULES[config.suPER_mode].params}
     return RelayConfig(enabled=bool(config.suPER), mode=config.suPER_mode, bandwidth=float(config.suPER_bandwidth),
                        window=int(config.suPER_window), team=team if isinstance(team, str) else "",
-                       insertion_priority=config.suPER_insertion_priority, **config.suPER_params)
+                       insertion_priority=config.suPER_insertion_priority,
+                       params={k: v for k, v in config.suPER_params.items() if k in own})
 
 
 def relay_from_config(config: suPERDQNConfig, module_ids: Sequence[str], exclude: Sequence[str] = ()) -> Relay:

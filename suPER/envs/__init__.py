@@ -2,7 +2,8 @@
 
 Registry ``ENVS`` (``suPER.envs.record``) maps each key (= ``experiments/envs/<key>.yaml`` and
 ``EnvConfig.name``) to its adapter class; the class carries the env's facts as ``record = EnvRecord(...)``.
-``make_env`` (``suPER.envs.factory``) builds the env an ``EnvConfig`` describes, opponent team included.
+``build_adapter`` (``suPER.envs.factory``) builds the adapter an ``EnvConfig`` describes with a random or
+learning opponent team; ``suPER.opponents.make_env`` builds it with any opponent, a network team included.
 Adding an environment: docs/extending.md ("Add an environment").
 """
 
@@ -12,14 +13,7 @@ from typing import Any
 
 from suPER.config import EnvConfig, load_env_defaults
 from suPER.envs.base import EnvSpec, MultiAgentEnv, OpponentPolicy, RandomOpponent, StepResult
-from suPER.envs.factory import (
-    build_adapter,
-    check_opponent,
-    has_network_opponent,
-    make_batch,
-    make_batched_env,
-    make_env,
-)
+from suPER.envs.factory import build_adapter, has_network_opponent, make_batched_env
 from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
 from suPER.envs.pettingzoo import PettingzooEnv
 from suPER.envs.pursuit import PursuitEnv
@@ -53,12 +47,9 @@ __all__ = [
     "UnusableEnvError",
     "adapter_class",
     "build_adapter",
-    "check_opponent",
     "env_info",
     "env_record",
     "has_network_opponent",
-    "make_env",
-    "make_batch",
     "OPPONENT_KINDS",
     "make_batched_env",
     "opponent_env_names",

@@ -59,7 +59,7 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
     """
     from dataclasses import replace
 
-    from suPER.envs import make_env
+    from suPER.envs.factory import build_adapter
 
     labels = labels or {}
     try:
@@ -80,7 +80,7 @@ def probe_env(cfg: EnvConfig, labels: dict[str, str] | None = None) -> EnvSpec:
              if len(typed) == 1 else repr(dict(cfg.kwargs)))
     try:
         try:
-            env = make_env(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
+            env = build_adapter(replace(cfg, kwargs=dict(cfg.kwargs), opponent="random"), seed=0)
         except UnusableEnvError as exc:  # an AEC env, continuous actions, ...: the env itself, not its settings
             raise ConfigError(f"{labels.get('env.name', 'env.name')}: {exc}") from exc
         try:

@@ -1,16 +1,13 @@
-"""Building envs from an ``EnvConfig``: the one factory every trainer, evaluation and match calls.
+"""Building adapters from an ``EnvConfig``.
 
-Two functions, two contracts:
+- ``build_adapter(cfg, seed, opponent)``: the adapter with its random or learning opponent team, or with an
+  opponent policy the caller built itself (tests drive an adapter with a scripted opponent);
+- ``has_network_opponent(cfg)``: whether ``env.opponent`` names a weights file (``pretrained`` or a PATH);
+- ``make_batched_env(cfg, E, device)``: the device-resident batched version of an env (``record.batched``).
 
-- ``make_env(cfg, seed)``: the env a config describes, whatever its ``env.opponent`` (random, learning,
-  ``pretrained`` or a team file PATH). This is what callers want.
-- ``build_adapter(cfg, seed, opponent)``: the adapter with an opponent policy the caller built itself;
-  ``make_env`` uses it, and so do tests that drive an adapter with a scripted opponent.
-
-A network opponent (``pretrained`` / PATH) is a torch model; this package does not import torch (STYLE
-module map), so ``make_env`` reaches ``suPER.opponents`` through a call-time import (an arrow the layering
-test lists explicitly). ``make_batch`` builds E games in lockstep sharing one network opponent;
-``make_batched_env`` the device-resident batched version of an env (``record.batched``).
+The env a config describes with a network opponent (a torch model loaded from a team or mixture file) is built
+one layer up, by ``suPER.opponents.make_env`` / ``make_batch``: this package imports neither torch at import
+time nor the opponents package.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import numpy as np
 
 from suPER.config import EnvConfig, env_key
 from suPER.envs.base import MultiAgentEnv, OpponentPolicy
-from suPER.envs.batched import LockstepBatch
 from suPER.envs.record import ENVS, env_record
 
 
@@ -40,7 +36,7 @@ def build_adapter(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPol
         seed: seeds the fixed random opponent's generator until the first ``reset(seed)``, which reseeds it
             with the episode's seed (the env itself is seeded by ``reset(seed)``, as the original did).
         opponent: the opponent team's policy; overrides ``cfg.opponent``. Needed for ``env.opponent`` values
-            other than ``record.opponent_kinds`` (``make_env`` loads those).
+            other than ``record.opponent_kinds`` (``suPER.opponents.make_env`` loads those).
 
     Returns:
         The adapter; call ``reset(seed)`` before stepping.
@@ -55,7 +51,7 @@ def build_adapter(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPol
         return cls(dict(cfg.kwargs), horizon=cfg.horizon, **named)  # type: ignore[no-any-return]
     if opponent is None and cfg.opponent not in rec.opponent_kinds:
         raise ValueError(f"env.opponent: {cfg.opponent!r} needs a network opponent; build the env with "
-                         f"suPER.envs.make_env (or pass opponent=), or use one of {', '.join(rec.opponent_kinds)}")
+                         f"suPER.opponents.make_env (or pass opponent=), or use one of {', '.join(rec.opponent_kinds)}")
     self_play = opponent is None and cfg.opponent == "learning"
     env = cls(dict(cfg.kwargs), horizon=cfg.horizon, pad_like_original=cfg.pad_like_original, self_play=self_play,
               swap_teams=cfg.swap_teams)
@@ -66,93 +62,6 @@ def build_adapter(cfg: EnvConfig, seed: int | None = None, opponent: OpponentPol
         # seed (evaluation episodes are seeded one by one); until then it draws from ``seed``
         env.opponent.rng = np.random.default_rng(seed)
     return env  # type: ignore[no-any-return]
-
-
-def make_env(cfg: EnvConfig, seed: int | None = None) -> MultiAgentEnv:
-    """The env an ``EnvConfig`` describes, its opponent team included (random | learning | pretrained | PATH).
-
-    Args:
-        cfg: env config; ``opponent`` is random | learning | pretrained | PATH, ``opponent_epsilon`` a network
-            opponent's exploration, ``opponent_allow_pickle`` admits the original's pickle format.
-        seed: seeds the opponent's generator (random actions or epsilon draws).
-
-    Returns:
-        The adapter with its opponent set; call ``reset(seed)`` before stepping.
-
-    Raises:
-        ValueError: unknown env name.
-        suPER.opponents.OpponentFileError: a weights file that is missing, unreadable or does not fit the env.
-    """
-    if not has_network_opponent(cfg):
-        return build_adapter(cfg, seed=seed)
-    team_file = importlib.import_module("suPER.opponents.team_file")
-    env = build_adapter(cfg, seed=seed, opponent=_Placeholder())
-    path = team_file.opponent_path(cfg.name, cfg.opponent)
-    try:
-        loader = OPPONENT_FILE_LOADERS.get(path.suffix)
-        if loader is not None:
-            module, fn = loader.split(":")
-            opponent = getattr(importlib.import_module(module), fn)(path, env, cfg, seed)
-        else:
-            policy = importlib.import_module("suPER.opponents.policy")
-            net, _ = team_file.load_team(path, env, "opponent", cfg.opponent_allow_pickle)
-            opponent = policy.NetworkOpponent(net, cfg.opponent_epsilon, seed, cfg.opponent_epsilon_final,
-                                              cfg.opponent_epsilon_timesteps)
-    except BaseException:
-        env.close()
-        raise
-    env.set_opponent(opponent)  # type: ignore[attr-defined]
-    return env
-
-
-OPPONENT_FILE_LOADERS: dict[str, str] = {".json": "suPER.population.mixture:load_mixture_opponent"}
-"""opponent file suffix -> ``module:function(path, env, env_cfg, seed) -> OpponentPolicy`` (imported lazily)
-for opponent files that are not team files: a population's mixture of teams (``suPER.population.mixture``)"""
-
-
-def make_batch(cfg: EnvConfig, num_games: int, seed: int | None = None) -> LockstepBatch:
-    """``num_games`` games of ``make_env(cfg)`` stepped in lockstep (``suPER.envs.batched.LockstepBatch``).
-
-    A network opponent's weights are loaded once and shared by every game (its actions for all games come
-    from one forward per step); game g's opponent generator (epsilon draws) is seeded ``seed + g``.
-
-    Args:
-        cfg: env config, as for ``make_env``.
-        num_games: E >= 1.
-        seed: seeds the games' opponent generators (the games themselves are seeded by ``reset(seeds)``).
-    """
-    first = make_env(cfg, seed=seed)
-
-    def make_one(g: int) -> MultiAgentEnv:
-        if g == 0:
-            return first
-        game_seed = None if seed is None else seed + g
-        if not has_network_opponent(cfg):
-            return make_env(cfg, seed=game_seed)
-        policy = importlib.import_module("suPER.opponents.policy")
-        env = build_adapter(cfg, seed=game_seed, opponent=_Placeholder())
-        shared = first.opponent  # type: ignore[attr-defined]
-        if isinstance(shared, policy.NetworkOpponent):
-            env.set_opponent(policy.NetworkOpponent(shared.net, cfg.opponent_epsilon, game_seed,  # type: ignore[attr-defined]
-                                                    cfg.opponent_epsilon_final, cfg.opponent_epsilon_timesteps))
-        else:  # another opponent file kind (a mixture of teams): a copy sharing its networks, its own generators
-            env.set_opponent(shared.fork(game_seed))  # type: ignore[attr-defined]
-        return env
-
-    return LockstepBatch(make_one, num_games)  # closes the games built so far when one fails
-
-
-def check_opponent(cfg: EnvConfig) -> None:
-    """Load the configured opponent once (before a run folder is written): bad files fail early."""
-    if has_network_opponent(cfg):
-        make_env(cfg).close()
-
-
-class _Placeholder:
-    """Stands in for the network opponent until its file is loaded against the built env."""
-
-    def act(self, obs_MO: np.ndarray, alive_M: np.ndarray) -> np.ndarray:
-        raise RuntimeError("opponent not loaded")
 
 
 def make_batched_env(cfg: EnvConfig, num_games: int, device: str = "cpu") -> Any:

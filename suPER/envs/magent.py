@@ -177,7 +177,7 @@ class MAgentEnv:
         """Start an episode, as ``parallel_env.reset(seed=seed)`` does.
 
         An opponent policy with a ``new_episode(seed)`` method is told of every reset (a mixture of teams
-        draws its member for the episode there; ``suPER.population.mixture``).
+        draws its member for the episode there; ``suPER.opponents.mixture``).
 
         Args:
             seed: reseeds MAgent's RNG (and the default random opponent) when not None; None

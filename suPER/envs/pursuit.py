@@ -27,28 +27,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 
-from suPER.envs.base import EnvSpec, StepResult
+from suPER.envs.base import StepResult
+from suPER.envs.pursuit_spec import pursuit_spec
 from suPER.envs.record import EnvRecord, own_record
-
-
-def pursuit_spec(n_pursuers: int, n_evaders: int, obs_range: int, n_actions: int, name: str = "pursuit") -> EnvSpec:
-    """The spec of a pursuit game (single or batched): N pursuers learn, observations (R, R, 3) of agent counts;
-    ``name`` is the adapter's record name (a subclass registered under its own name keeps it).
-
-    Observation values are agent counts (and 1 for walls), bounded by the larger team size, so uint8 stores
-    them losslessly unless a team has more than 255 agents.
-    """
-    max_count = max(n_pursuers, n_evaders)
-    return EnvSpec(
-        name=name,
-        learner_ids=tuple(f"pursuer_{i}" for i in range(n_pursuers)),
-        opponent_ids=(),
-        obs_shape=(obs_range, obs_range, 3),
-        obs_dtype=np.uint8 if max_count <= np.iinfo(np.uint8).max else np.uint16,
-        n_actions=n_actions,
-        team="pursuer",
-        cell_codes=True,
-    )
 
 
 class _VectorizedPursuit(Pursuit):

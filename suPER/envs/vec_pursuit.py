@@ -50,7 +50,7 @@ import torch
 from pettingzoo.sisl.pursuit.pursuit_base import Pursuit
 
 from suPER.envs.base import BatchStepResult
-from suPER.envs.pursuit import pursuit_spec
+from suPER.envs.pursuit_spec import pursuit_spec
 
 _M32 = 0xFFFFFFFF
 _SUPPORTED_KWARGS = {"x_size", "y_size", "max_cycles", "shared_reward", "n_evaders", "n_pursuers", "obs_range",

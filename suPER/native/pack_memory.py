@@ -86,7 +86,7 @@ def run_memory_bytes(cfg: C.ExperimentConfig, spec: Any) -> int:
 
 def env_spec(cfg: C.ExperimentConfig, _cache: dict[str, Any] = {}) -> Any:  # noqa: B006 - a per-process cache
     """The env spec of ``cfg.env`` (built once per distinct env config, then closed)."""
-    from suPER.envs import make_env
+    from suPER.opponents import make_env
 
     key = repr(cfg.env.to_dict() if hasattr(cfg.env, "to_dict") else cfg.env)
     if key not in _cache:

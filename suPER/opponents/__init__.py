@@ -8,12 +8,13 @@ pretrained opponent team (red; predators) of per-agent DDQN policies with the le
 - ``team_file``: the team weights format (safetensors + metadata, the original's pickle, run checkpoints)
 - ``policy``: a network team acting greedily / epsilon-greedily, batched (``NetworkOpponent``, ``team_policy``)
 - ``match``: K seeded episodes of a team against an env's opponent, with outcome and CI statistics
-
-Building an env with its opponent is ``suPER.envs.make_env`` / ``make_batch``; they are re-exported here
-(the same functions) for callers that import them from ``suPER.opponents``.
+- ``mixture``: a mixture of frozen teams as an opponent (``<name>.mixture.json``, population training's strategies)
+- ``build``: the env with its opponent team (``make_env``, ``make_batch``, ``make_eval_batch``, ``check_opponent``):
+  the one builder of every trainer, evaluation and match
 """
 
-from suPER.envs.factory import check_opponent, has_network_opponent, make_batch, make_env
+from suPER.envs.factory import has_network_opponent
+from suPER.opponents.build import check_opponent, make_batch, make_env, make_eval_batch, random_team_return
 from suPER.opponents.match import MATCH_BATCH, MatchResult, final_games, mean_ci, outcomes, play, wilson
 from suPER.opponents.policy import NetworkOpponent, team_policy
 from suPER.opponents.team_file import (
@@ -50,10 +51,12 @@ __all__ = [
     "load_team",
     "make_batch",
     "make_env",
+    "make_eval_batch",
     "mean_ci",
     "opponent_path",
     "outcomes",
     "play",
+    "random_team_return",
     "save_team",
     "sha256",
     "team_from_checkpoint",

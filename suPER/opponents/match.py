@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from suPER.config import ALGORITHMS, FINAL_GAMES_SEED, ExperimentConfig
-from suPER.envs import MultiAgentEnv, env_record, make_batch, opponent_env_names
+from suPER.envs import MultiAgentEnv, env_record, opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import BatchActFn, Episodes, episode_seeds, play_episodes
+from suPER.opponents.build import make_batch
 from suPER.stats import bootstrap_ci
 
 MATCH_BATCH = 20
@@ -56,7 +57,7 @@ def play(env: MultiAgentEnv | LockstepBatch, act: BatchActFn, episodes: int, see
 
     Episode k is seeded ``episode_seeds(seed, 0, episodes)[k]``, so a fixed seed gives a fixed set of episodes
     (for a deterministic team and opponent), the same whether they are played one at a time on an env or as
-    a batch of games (``suPER.envs.make_batch``: one batched call of each team per step).
+    a batch of games (``suPER.opponents.make_batch``: one batched call of each team per step).
 
     Args:
         env: one env (episodes one at a time) or a batch of games.

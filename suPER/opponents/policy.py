@@ -1,6 +1,6 @@
 """Network teams as policies: a frozen team file (or a run's checkpoint) acting greedily, batched over agents.
 
-``NetworkOpponent`` is the fixed opponent team the env adapters drive (``suPER.envs.make_env`` builds it for
+``NetworkOpponent`` is the fixed opponent team the env adapters drive (``suPER.opponents.make_env`` builds it for
 ``env.opponent`` = pretrained | PATH); ``team_policy`` is the learning side of a match (``opponents eval``,
 self-play snapshot matches). The weights come from ``suPER.opponents.team_file``.
 """

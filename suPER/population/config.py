@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from suPER import config as C
 from suPER.population.solvers import META_SOLVERS
+from suPER.resolve import resolve
 
 METHODS: dict[str, str] = {"psro": "nash", "fsp": "uniform", "selfplay": "last"}
 """command -> its default meta-solver"""
@@ -105,12 +106,12 @@ class PopulationConfig:
 
             from suPER.envs.check import probe_env
 
-            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides).env
+            env_cfg = resolve(self.env, "ddqn", overrides=self.overrides).env
             probe_env(replace(env_cfg, opponent="random"), {k: f"--set {k}" for k in self.overrides})
         if self.vs_shipped:
             from suPER.opponents import check_opponent
 
-            env_cfg = C.resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
+            env_cfg = resolve(self.env, "ddqn", overrides=self.overrides, named={"env.opponent": "pretrained"}).env
             try:
                 check_opponent(env_cfg)
             except C.ConfigError as exc:
@@ -130,7 +131,7 @@ class PopulationConfig:
                  "run.eval_interval": max(1, self.br_steps // 5), "run.checkpoint_replay": False, "run.out": str(out),
                  "run.tag": f"it{iteration:03d}_{side}", "run.progress": False, "run.threads": self.threads,
                  "run.device": "cpu", "dqn.init_from": init_from}
-        return C.resolve(self.env, "ddqn", overrides=self.overrides, named=named)
+        return resolve(self.env, "ddqn", overrides=self.overrides, named=named)
 
 
 def run_folder(out: Path, cfg: PopulationConfig) -> Path:

@@ -3,7 +3,7 @@
 Rule: the Nash (``solvers.nash``, LP) of the final payoff table, whatever meta-solver the run used, for the
 opponent side (battle red, adversarial pursuit predators); members with weight <= ``MIN_WEIGHT`` are left
 out and the rest renormalised. Written into the destination folder (default ``experiments/opponents/``):
-``<env>.mixture.json`` (``suPER.population.mixture`` format, read by ``--opponent PATH``), its members as
+``<env>.mixture.json`` (``suPER.opponents.mixture`` format, read by ``--opponent PATH``), its members as
 ``<env>.mixture/<policy>.safetensors`` and ``<env>.mixture.card.md``. The shipped single-team opponent
 ``<env>.safetensors`` (``--opponent pretrained``) is not touched: replacing it changes the paper grid's
 opponent and needs evidence that the new team is stronger (docs/population.md).
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from suPER.opponents import sha256
+from suPER.opponents.mixture import Member, write_mixture
 from suPER.population.config import RANDOM
 from suPER.population.loop import Population
-from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable, play_match
 from suPER.population.solvers import nash
 from suPER.runs import atomic_write_bytes, atomic_write_text
@@ -69,7 +69,7 @@ def install(pop: Population, dest: Path, command: str) -> dict[str, Any]:
 
 A mixture of frozen {pop.side_name['opponent']} teams from a population run ({cfg.method}, meta-solver
 `{cfg.solver}`); as an opponent it plays one member per episode, drawn with these weights (seeded: see
-`suPER/population/mixture.py`). Use it with `--opponent {mixture}`.
+`suPER/opponents/mixture.py`). Use it with `--opponent {mixture}`.
 
 Rule: the Nash equilibrium (linear programming) of the final payoff table's meta-game, opponent side;
 members of weight <= {MIN_WEIGHT:g} left out. Meta-game payoff: the team's win rate minus its loss rate;

@@ -7,7 +7,7 @@ pursuit prey) and the opponent side (red, predators), each starting with a unifo
 1. **best responses**: every training side trains a new team with the unchanged native DDQN trainer
    (``campaigns.execute``, one independent network and PER buffer per agent, SUPER relay within the team
    unless ``--no-relay``) for ``br_steps`` env steps, against the other side's meta-strategy after
-   iteration k-1: a mixture file (``suPER.population.mixture``) whose member is drawn per episode. The
+   iteration k-1: a mixture file (``suPER.opponents.mixture``) whose member is drawn per episode. The
    opponent side trains with ``env.swap_teams`` (red / predators as the learners). Both sides respond to
    the same (k-1) strategies, so their order does not matter, and ``--br-workers`` trains them as parallel
    Ray tasks (``parallel``: the same call, the same policies).
@@ -41,11 +41,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from suPER import config as C
-from suPER.envs import make_env
 from suPER.loop import set_threads
 from suPER.models import BatchedQNet
-from suPER.opponents import TeamMeta, save_team, sha256
+from suPER.opponents import TeamMeta, make_env, save_team, sha256
+from suPER.opponents.mixture import Member, write_mixture
 from suPER.population.config import (
     MATCH_SEED_OFFSET,
     RANDOM,
@@ -54,9 +53,9 @@ from suPER.population.config import (
     VOLATILE,
     PopulationConfig,
 )
-from suPER.population.mixture import Member, write_mixture
 from suPER.population.payoff import PayoffTable
 from suPER.population.solvers import META_SOLVERS, best_response_gains, nash, nash_conv
+from suPER.resolve import resolve
 from suPER.runs import atomic_write_csv, atomic_write_json
 
 
@@ -71,7 +70,7 @@ class Population:
 
     def __init__(self, cfg: PopulationConfig, folder: Path, log: Any = print) -> None:
         self.cfg, self.folder, self.log = cfg, Path(folder), log
-        env_cfg = C.resolve(cfg.env, "ddqn", overrides=cfg.overrides, named={"env.opponent": RANDOM}).env
+        env_cfg = resolve(cfg.env, "ddqn", overrides=cfg.overrides, named={"env.opponent": RANDOM}).env
         self.env_cfg = env_cfg
         names = {}
         for side in SIDES:
@@ -273,7 +272,7 @@ class Population:
             if on_cluster or cfg.match_workers > 0:
                 self.match_lane = pool.matches(cfg.match_workers)
             if on_cluster or cfg.br_workers > 0:
-                self.br_lane = pool.best_responses(cfg.threads, cfg.br_workers)
+                self.br_lane = pool.lane(_best_response_task, cfg.threads, cfg.br_workers)
         try:
             return self._iterations()
         finally:
@@ -407,3 +406,15 @@ def ratings(iteration: int, table: PayoffTable, team: list[str], opp: list[str],
                         "win_vs_shipped": ref_win[0], "win_vs_shipped_lo": ref_win[1],
                         "win_vs_shipped_hi": ref_win[2], "episodes": e["episodes"]})
     return out
+
+
+def _best_response_task(cfg: PopulationConfig, folder: str, iteration: int, side: str,
+                        strategy: dict[str, float], own: dict[str, float]) -> dict[str, Any]:
+    """``Population.best_response`` in a Ray worker with the run's torch threads (the sequential loop's call):
+    the task of ``--br-workers`` lanes (``suPER.population.parallel``).
+
+    Returns:
+        The best response's policy card, as ``Population.best_response`` returns it.
+    """
+    set_threads(cfg.threads)
+    return Population(cfg, Path(folder), log=lambda _m: None).best_response(iteration, side, strategy, own)

@@ -1,14 +1,15 @@
 """Payoff entries and best responses as parallel Ray tasks (``--match-workers N``, ``--br-workers N``).
 
 One Ray session per population run (``RayTaskPool``): an embedded instance on this machine
-(``suPER.campaigns.embedded_ray``: token auth, stopped with the driver, SIGKILL included), or, for a run
+(``suPER.embedded_ray``: token auth, stopped with the driver, SIGKILL included), or, for a run
 submitted with ``--address`` (``--on-cluster`` in the job), the cluster the job runs in
 (``ray.init(address="auto")``). Each kind of task goes through a ``Lane``: the task function, the CPUs one
 task reserves and the most tasks in flight at once (the flag's N; 0 = no cap, on a cluster only).
 
 - a match task is ``payoff.play_match`` (one entry, its E episodes batched in lockstep), one CPU;
 - a best-response task is ``Population.best_response`` (the same trainer call as the sequential loop:
-  ``campaigns.execute`` with the same seeds), ``--threads`` CPUs.
+  ``campaigns.execute`` with the same seeds), ``--threads`` CPUs; the loop hands its task function to ``lane``
+  (``suPER.population.loop._best_response_task``), so this module does not import the loop that uses it.
 
 A task's result is exactly the local one (``wall_s`` aside): same seeds, same greedy policies, the same
 single-process trainer with the same torch thread count. The table writes each entry the moment its task
@@ -31,18 +32,6 @@ def _match_task(*args: Any) -> dict[str, Any]:
 
     set_threads(1)
     return play_match(*args)
-
-
-def _best_response_task(cfg: Any, folder: str, iteration: int, side: str, strategy: dict[str, float],
-                        own: dict[str, float]) -> dict[str, Any]:
-    """``Population.best_response`` in a worker with the run's torch threads (the sequential loop's call)."""
-    from pathlib import Path
-
-    from suPER.loop import set_threads
-    from suPER.population.loop import Population
-
-    set_threads(cfg.threads)
-    return Population(cfg, Path(folder), log=lambda _m: None).best_response(iteration, side, strategy, own)
 
 
 class Lane:
@@ -87,7 +76,7 @@ class RayTaskPool:
         if on_cluster:
             ray.init(address="auto", log_to_driver=False)
         else:
-            from suPER.campaigns import embedded_ray
+            from suPER import embedded_ray
 
             self.handle = embedded_ray.start(num_cpus=max(1, num_cpus))
 
@@ -101,10 +90,6 @@ class RayTaskPool:
         """Payoff entries (``payoff.play_match``), one CPU each: the ``pool`` of ``PayoffTable.fill``."""
         return self.lane(_match_task, 1, limit)
 
-    def best_responses(self, threads: int, limit: int) -> Lane:
-        """Best responses (``Population.best_response``), ``threads`` CPUs each."""
-        return self.lane(_best_response_task, threads, limit)
-
     def close(self) -> None:
         """Leave the cluster, or stop the embedded instance."""
         import ray
@@ -112,6 +97,6 @@ class RayTaskPool:
         if self.handle is None:
             ray.shutdown()
         else:
-            from suPER.campaigns import embedded_ray
+            from suPER import embedded_ray
 
             embedded_ray.stop(self.handle)

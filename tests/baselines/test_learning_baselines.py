@@ -99,7 +99,8 @@ import pytest
 
 from suPER import config as C
 from suPER.baselines import maddpg, qmix
-from suPER.evaluation import random_team_return
+from suPER.opponents import random_team_return
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {
@@ -137,7 +138,7 @@ QMIX_CHECK = {
 
 
 def test_maddpg_team_return_rises_above_random(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "maddpg", overrides={**EASY_PURSUIT, **MADDPG_CHECK, "run.seed": 2})
+    cfg = resolve("pursuit", "maddpg", overrides={**EASY_PURSUIT, **MADDPG_CHECK, "run.seed": 2})
     maddpg.train(cfg, RunFolder(tmp_path / "r"))
     returns = read_metrics(tmp_path / "r" / "metrics.csv")["team_return_mean"]
     bar = random_team_return(cfg.env, episodes=cfg.run.eval_episodes) + MARGIN
@@ -148,6 +149,6 @@ def test_maddpg_team_return_rises_above_random(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # CI time: the QMIX learning check (~40 s) runs with -m slow
 def test_qmix_team_return_rises_above_random(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "qmix", overrides={**EASY_PURSUIT, **QMIX_CHECK, "run.seed": 1})
+    cfg = resolve("pursuit", "qmix", overrides={**EASY_PURSUIT, **QMIX_CHECK, "run.seed": 1})
     qmix.train(cfg, RunFolder(tmp_path / "r"))
     assert_learned(tmp_path / "r", cfg)

@@ -24,6 +24,7 @@ import yaml
 
 from suPER import campaigns
 from suPER import config as C
+from suPER.resolve import without_volatile
 
 ROOT = C.ROOT
 SMOKE = ROOT / "experiments" / "smoke.yaml"
@@ -106,7 +107,7 @@ def test_a_cluster_job_trains_the_config_grid_run_trains(monkeypatch: pytest.Mon
             assert argv[:4] == ["python", "-m", "suPER.cli", "train"]
             seen.clear()
             assert cli.main(argv[3:]) == 0 and len(seen) == 1, job.entrypoint[:200]
-            assert C.without_volatile(seen[0].to_dict()) == C.without_volatile(r.config(tmp_path).to_dict())
+            assert without_volatile(seen[0].to_dict()) == without_volatile(r.config(tmp_path).to_dict())
             assert seen[0].run_name == r.run_name and seen[0].run.out == str(tmp_path)
 
 

@@ -19,6 +19,7 @@ from suPER.cli import main
 from suPER.native.pack_memory import replay_bytes
 from suPER.replay import CompactPER, MultiAgentPER
 from suPER.replay.compact import CellCodec
+from suPER.resolve import resolve
 
 GRID = """
 name: tinypack
@@ -56,15 +57,14 @@ def test_replay_estimate_is_the_buffers_own_bytes(shape: tuple[int, ...], dtype:
 def test_a_device_replay_is_estimated_in_the_plain_layout() -> None:
     """TorchPER holds the plain layout (plus a device copy of the P fill levels); a run with
     ``run.replay_device=device`` (or auto on a GPU) is estimated so, whatever ``run.replay_layout`` says."""
-    from suPER import config as C
     from suPER.native.pack_memory import env_spec, run_memory_bytes
     from suPER.replay.torch_per import TorchPER
 
     assert TorchPER(3, 100, (7, 7, 3), np.uint8).nbytes == replay_bytes(3, 100, (7, 7, 3), np.uint8) + 3 * 8
     tiny = {"env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 4,
             "dqn.hiddens": 16}
-    cfg = {k: C.resolve("pursuit", overrides={**tiny, "run.replay_device": dev, "run.replay_layout": layout,
-                                              "run.device": d})
+    cfg = {k: resolve("pursuit", overrides={**tiny, "run.replay_device": dev, "run.replay_layout": layout,
+                                            "run.device": d})
            for k, (dev, layout, d) in {"device": ("device", "compact", "cpu"), "plain": ("numpy", "plain", "cpu"),
                                        "compact": ("numpy", "compact", "cpu"), "gpu": ("auto", "compact", "cuda")}.items()}
     spec = env_spec(cfg["plain"])

@@ -265,8 +265,8 @@ def test_selection_on_torch_tensors_equals_the_numpy_relay(mode: str, device: st
 def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: float,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A pack's relays selected at once (``select_many``) give each relay's own ``select``: selections, thresholds,
-    windows (wrapping several times), window counts and generator states, to the bit; rules with a row form never
-    fall back to sender-by-sender while every participant has all its rows and windows equally full; a fragment
+    windows (wrapping several times), window counts and generator states, to the bit; no rule falls back to
+    sender-by-sender while every participant has all its rows and windows equally full; a fragment
     with a missing row (a dead agent), and for windowed rules every fragment after it, is selected relay by relay
     with the same result."""
     from suPER.core import relay as relay_mod
@@ -303,7 +303,7 @@ def test_select_many_equals_each_relay_alone(mode: str, kind: str, bandwidth: fl
         per_relay_calls[0] = calls
         got = relay_mod.select_many(packed, td_x, valid, windows)
         rule = SELECTION_RULES[mode]  # after the death, run 1's a_2 window is behind: windowed rules go relay by relay
-        batched = rule.select_rows is not None and (step < 5 or (step > 5 and not rule.uses_window))
+        batched = step < 5 or (step > 5 and not rule.uses_window)
         assert (per_relay_calls[0] == calls) == batched, step
         for (sel_a, thr_a), (sel_b, thr_b) in zip(expected, got):
             assert np.array_equal(host(sel_a), host(sel_b))

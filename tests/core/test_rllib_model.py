@@ -13,7 +13,6 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.utils import update_target_network
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from suPER import config as C
 from suPER.core.rllib_model import (
     PaperDQNTorchRLModule,
     load_reference_weights,
@@ -23,6 +22,7 @@ from suPER.core.rllib_model import (
 from suPER.core.rllib_runner import build_config, paper_model_config
 from suPER.core.trainers import fresh_td_on_learner, suPERDQN, suPERDQNConfig
 from suPER.models.qnet import ReferenceQNet
+from suPER.resolve import resolve
 
 CASES = [(body, dueling) for body in ("conv", "mlp") for dueling in (True, False)]
 OBS_SHAPE = (7, 7, 3)  # pursuit
@@ -157,7 +157,7 @@ def test_rejects_distributional_and_bad_obs() -> None:
 
 @pytest.mark.parametrize("model", ["conv", "mlp"])
 def test_runner_config_uses_the_paper_module(model: str) -> None:
-    cfg = C.resolve("pursuit", overrides={"dqn.model": model, "dqn.hiddens": 32})
+    cfg = resolve("pursuit", overrides={"dqn.model": model, "dqn.hiddens": 32})
     config = build_config(cfg)
     env = config.env(config.env_config)
     try:

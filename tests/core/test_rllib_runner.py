@@ -11,6 +11,7 @@ import pytest
 from suPER import config as C
 from suPER.core.rllib_runner import _rllib_env_class, build_config, train_rllib
 from suPER.native.dqn import train as native_train
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, read_metrics
 
 TINY_ENV = {
@@ -24,7 +25,7 @@ def tiny_cfg(env: str, **extra: Any) -> C.ExperimentConfig:
     overrides = {**TINY_ENV[env], "env.horizon": 10, "run.num_timesteps": 40, "run.eval_points": 2,
                  "run.eval_episodes": 1, "dqn.learning_starts": 8, "dqn.batch_size": 8, "dqn.hiddens": 16,
                  "dqn.buffer_size": 1000, "run.progress": False, **extra}
-    return C.resolve(env, overrides=overrides)
+    return resolve(env, overrides=overrides)
 
 
 def header(path: Path) -> list[str]:
@@ -127,8 +128,8 @@ def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
     from suPER.core.trainers import relay_from_config
     from suPER.envs import env_record
 
-    cfg = C.resolve(env, named={"relay.enabled": True, **C.legacy_settings(None)},
-                    overrides={"dqn.per_eps": 1e-5, "run.seed": 5})
+    cfg = resolve(env, named={"relay.enabled": True, **C.legacy_settings(None)},
+                  overrides={"dqn.per_eps": 1e-5, "run.seed": 5})
     ids = ["a_0", "a_1", "a_2"]
     native = Relay.from_config(cfg.relay, ids, seed=cfg.run.seed, per_eps=cfg.dqn.per_eps,
                                sender_side=env_record(env).sender_side_priorities)

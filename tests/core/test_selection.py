@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from suPER import config as C
 from suPER.core.relay import MODES, Relay
 from suPER.core.selection import SELECTION_RULES, RuleParam, SelectionRule, register, rule_params
+from suPER.resolve import resolve
 
 RULES = sorted(SELECTION_RULES)
 
@@ -19,7 +21,7 @@ RULES = sorted(SELECTION_RULES)
 def topk(td: list[float], k: int) -> tuple[list[int], float]:
     rule = SELECTION_RULES["topk"]
     td_arr = np.array(td, dtype=np.float64)
-    chosen, c = rule.select(td_arr, td_arr, 0.5, np.random.default_rng(0), {"k": k})
+    chosen, c = rule.select(td_arr, td_arr, 0.5, None, {"k": k})
     return np.flatnonzero(chosen).tolist(), c
 
 
@@ -44,11 +46,13 @@ def test_topk_through_relay_relays_k_rows_per_sender_and_keeps_no_window() -> No
 
 
 def test_topk_k_comes_from_the_relay_config_and_is_range_checked() -> None:
-    cfg = C.resolve("pursuit", overrides={"relay.enabled": True, "relay.mode": "topk", "relay.k": 3})
-    relay = Relay.from_config(cfg.relay, ["a", "b"], seed=0, per_eps=cfg.dqn.per_eps)
-    assert relay.params == {"k": 3}
-    with pytest.raises(C.ConfigError, match=r"--set relay.k: expected an integer >= 1, got 0"):
-        C.resolve("pursuit", overrides={"relay.mode": "topk", "relay.k": 0}, labels={"relay.k": "--set relay.k"})
+    for key in ("relay.params.k", "relay.k"):  # relay.k: the spelling from before parameters were nested
+        cfg = resolve("pursuit", overrides={"relay.enabled": True, "relay.mode": "topk", key: 3})
+        assert cfg.relay.params == {"k": 3}
+        relay = Relay.from_config(cfg.relay, ["a", "b"], seed=0, per_eps=cfg.dqn.per_eps)
+        assert relay.params == {"k": 3}
+        with pytest.raises(C.ConfigError, match=rf"--set {key}: expected an integer >= 1, got 0"):
+            resolve("pursuit", overrides={"relay.mode": "topk", key: 0}, labels={key: f"--set {key}"})
 
 
 @pytest.mark.parametrize("mode", RULES)
@@ -72,17 +76,21 @@ def test_every_registered_rule_selects_a_subset_and_honours_the_bandwidth_edges(
 
 
 @pytest.mark.parametrize("mode", RULES)
-def test_every_registered_rule_is_a_valid_config_value_with_its_params_as_fields(mode: str) -> None:
-    cfg = C.resolve("pursuit", overrides={"relay.enabled": True, "relay.mode": mode})
-    for p in SELECTION_RULES[mode].params:
-        assert getattr(cfg.relay, p.name) == p.default
-        assert f"relay.{p.name}" in C.RANGES or p.type not in (int, float)
+def test_every_registered_rule_is_a_valid_config_value_with_only_its_params_recorded(mode: str) -> None:
+    """config.json's relay section holds the active rule's parameters at their defaults, under relay.params, and no
+    other rule's; each numeric parameter's range is in the config's range vocabulary."""
+    cfg = resolve("pursuit", overrides={"relay.enabled": True, "relay.mode": mode})
+    rule = SELECTION_RULES[mode]
+    assert cfg.to_dict()["relay"]["params"] == {p.name: p.default for p in rule.params}
+    assert set(cfg.to_dict()["relay"]) == {f.name for f in dataclasses.fields(C.RelayConfig)}
+    for p in rule.params:
+        assert p.type not in (int, float) or C.in_range(p.range, p.default)[1]
     assert mode in MODES
 
 
 def test_unknown_mode_message_lists_the_registry() -> None:
     with pytest.raises(C.ConfigError, match="--super-mode: expected one of " + ", ".join(SELECTION_RULES)):
-        C.resolve("pursuit", named={"relay.mode": "median"}, labels={"relay.mode": "--super-mode"})
+        resolve("pursuit", named={"relay.mode": "median"}, labels={"relay.mode": "--super-mode"})
 
 
 def test_register_refuses_duplicate_names_and_params() -> None:
@@ -91,10 +99,29 @@ def test_register_refuses_duplicate_names_and_params() -> None:
 
     with pytest.raises(ValueError, match="already registered"):
         register(SelectionRule(RULES[0], never, "dup"))
-    for taken in ("bandwidth", *(p.name for p in rule_params())):
+    for taken in ("bandwidth", "params"):  # relay.<name> must stay readable as relay.params.<name>
         with pytest.raises(ValueError, match="already a relay config field"):
             register(SelectionRule("_test_rule", never, "x", params=(RuleParam(taken, int, 1, "int >= 1", "x"),)))
+    twice = (RuleParam("m", int, 1, "int >= 1", "x"), RuleParam("m", int, 2, "int >= 1", "x"))
+    with pytest.raises(ValueError, match="another of its parameters"):
+        register(SelectionRule("_test_rule", never, "x", params=twice))
+    with pytest.raises(ValueError, match="a default outside its range"):
+        register(SelectionRule("_test_rule", never, "x", params=(RuleParam("m", int, 0, "int >= 1", "x"),)))
     assert "_test_rule" not in SELECTION_RULES
+
+
+def test_a_rule_checks_its_own_parameters_and_fills_their_defaults() -> None:
+    topk_rule = SELECTION_RULES["topk"]
+    assert topk_rule.check_params({}) == {"k": 1}
+    assert topk_rule.check_params({"k": 4.0}) == {"k": 4}  # coerced to the declared type
+    with pytest.raises(C.ConfigError, match=r"^relay.params.k: expected an integer, got 'x'$"):
+        topk_rule.check_params({"k": "x"})
+    with pytest.raises(C.ConfigError, match=r"^--set relay.params.j: not a parameter of selection rule 'topk' "
+                                            r"\(its parameters: k\)$"):
+        topk_rule.check_params({"j": 1}, {"relay.params.j": "--set relay.params.j"})
+    with pytest.raises(C.ConfigError, match=r"^--set relay.params.k: not a parameter of selection rule 'quantile' "
+                                            r"\(it has none\)$"):
+        resolve("pursuit", overrides={"relay.params.k": 2}, labels={"relay.params.k": "--set relay.params.k"})
 
 
 def test_cli_help_lists_every_rule_and_its_params() -> None:
@@ -105,4 +132,4 @@ def test_cli_help_lists_every_rule_and_its_params() -> None:
     for name in SELECTION_RULES:
         assert name in flat
     for p in rule_params():
-        assert f"relay.{p.name}" in flat
+        assert f"relay.params.{p.name}" in flat

@@ -68,6 +68,9 @@ def test_train_is_an_alias_of_training() -> None:
     ("suPER_insertion_priority", "min", "suPER_insertion_priority: expected one of max, sender, legacy"),
     ("suPER", "yes", "suPER: expected True or False"),
     ("num_atoms", 51, "num_atoms"),
+    ("suPER_params", {"k": 0}, r"suPER_params\['k'\]: expected an integer >= 1, got 0"),  # topk's, by its record
+    ("suPER_params", {"k": 2.0}, r"suPER_params\['k'\]: expected an integer >= 1, got 2.0"),  # not coerced
+    ("suPER_params", {"j": 1}, "suPER_params: expected a dict with keys among k"),
 ])
 def test_validate_rejects_bad_values(key: str, value: Any, match: str) -> None:
     config = suPERDQNConfig().training(**{key: value})

@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER.envs import make_batch, make_env, opponent_env_names
+from suPER.envs import opponent_env_names
 from suPER.envs.batched import LockstepBatch
 from suPER.evaluation import episode_seeds, evaluate_episodes, play_episodes
 from suPER.models import BatchedQNet
+from suPER.opponents import make_batch, make_env
+from suPER.resolve import resolve
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +45,7 @@ def greedy_team(spec, seed: int = 0):
 
 
 def env_cfg(name: str, opponent: str, horizon: int) -> C.EnvConfig:
-    return C.resolve(name, "ddqn", named={"env.opponent": opponent, "env.horizon": horizon}).env
+    return resolve(name, "ddqn", named={"env.opponent": opponent, "env.horizon": horizon}).env
 
 
 def assert_same(a, b):
@@ -79,7 +81,7 @@ def test_magent_batched_equals_sequential(name, opponent):
 
 
 def test_pursuit_batched_equals_sequential_and_seeds_decide():
-    cfg = C.resolve("pursuit", "ddqn", named={"env.horizon": 60}).env
+    cfg = resolve("pursuit", "ddqn", named={"env.horizon": 60}).env
     seeds = episode_seeds(5, 0, 4)
     single = make_env(cfg)
     batch = LockstepBatch(lambda g: make_env(cfg), 4)

@@ -8,9 +8,10 @@ import supersuit as ss
 from magent2.environments import adversarial_pursuit_v4, battle_v4
 
 from suPER.config import EnvConfig, load_env_defaults
-from suPER.envs import build_adapter, env_info, make_env
+from suPER.envs import build_adapter, env_info
 from suPER.envs.base import RandomOpponent
 from suPER.envs.magent import AdversarialPursuitEnv, BattleEnv, MAgentEnv
+from suPER.opponents import make_env
 
 BATTLE = load_env_defaults("battle")["env"]["kwargs"]
 ADV = load_env_defaults("adversarial_pursuit")["env"]["kwargs"]

@@ -23,9 +23,11 @@ import pytest
 from suPER import cli
 from suPER import config as C
 from suPER.algorithms import ALGORITHMS
-from suPER.envs import PettingzooEnv, env_record, make_env
+from suPER.envs import PettingzooEnv, env_record
 from suPER.envs.check import accepted_kwargs
 from suPER.metrics import metric
+from suPER.opponents import make_env
+from suPER.resolve import from_dict, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "pettingzoo:tests.envs.tiny_pz:parallel_env"
@@ -54,16 +56,16 @@ def test_the_recorded_name_is_derived_and_reads_back() -> None:
     assert C.pettingzoo_env_name("pettingzoo:my_envs.grid:make_env") == "pz-my_envs.grid-make_env"
     assert C.pettingzoo_entry_point("pz-my_envs.grid-make_env") == ("my_envs.grid", "make_env")
     assert C.pettingzoo_entry_point("pz-mpe2.simple_spread_v3") == ("mpe2.simple_spread_v3", "parallel_env")
-    cfg = C.resolve(SPREAD, "ddqn", named={"relay.enabled": True})
+    cfg = resolve(SPREAD, "ddqn", named={"relay.enabled": True})
     assert cfg.env.name == "pz-mpe2.simple_spread_v3" and cfg.dqn.model == "auto"  # the generic adapter's YAML
     assert cfg.run_name == "pz-mpe2.simple_spread_v3__ddqn_super_quantile__s1" and C.is_folder_name(cfg.run_name)
-    assert C.from_dict(cfg.to_dict()).env.name == cfg.env.name  # config.json reads back (resume, plots)
+    assert from_dict(cfg.to_dict()).env.name == cfg.env.name  # config.json reads back (resume, plots)
     assert env_record(cfg.env.name) is PettingzooEnv.record and C.env_key(SPREAD) == C.PETTINGZOO
     for bad in ("pettingzoo:", "pettingzoo:my-envs:parallel_env", "pettingzoo:a..b:f", "pettingzoo:a/b:f",
                 "pettingzoo:a:f-g"):
         assert not C.is_env_name(bad), bad
         with pytest.raises(C.ConfigError, match=r"^--env: expected pettingzoo:<module>:<function>"):
-            C.resolve(bad)
+            resolve(bad)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,7 +143,7 @@ def test_pettingzoos_api_test_passes_on_the_env_we_wrap(typed: str, extra: str |
 
 def test_the_env_functions_arguments_are_the_kwargs() -> None:
     assert accepted_kwargs("pz-tests.envs.tiny_pz") == ["max_cycles", "n_walkers", "size"]  # render_mode: ours
-    env = make_env(C.resolve(TINY, overrides={"env.kwargs.n_walkers": 5, "env.horizon": 7}).env)
+    env = make_env(resolve(TINY, overrides={"env.kwargs.n_walkers": 5, "env.horizon": 7}).env)
     try:
         assert env.spec.n_agents == 5 and env.horizon == 7
     finally:

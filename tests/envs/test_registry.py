@@ -17,12 +17,12 @@ from suPER.envs import (
     EnvRegistrationError,
     env_info,
     env_record,
-    make_env,
     opponent_env_names,
 )
 from suPER.envs import record as R
 from suPER.envs.check import accepted_kwargs
-from suPER.opponents import OPPONENTS_DIR, NetworkOpponent
+from suPER.opponents import OPPONENTS_DIR, NetworkOpponent, make_env
+from suPER.resolve import resolve
 
 
 def test_registry_keys_are_the_env_yaml_files() -> None:
@@ -38,7 +38,7 @@ def test_every_registered_env_builds_steps_and_has_its_data(env_name: str) -> No
     """Every env by name (``tests/conftest.py``: the named envs and the ones registered at run time)."""
     name = env_name
     rec = env_record(name)
-    cfg = replace(C.resolve(name, "ddqn").env, opponent="random", horizon=4)
+    cfg = replace(resolve(name, "ddqn").env, opponent="random", horizon=4)
     env = make_env(cfg, seed=3)
     try:
         assert env.spec.name == name == cfg.name and rec.name == C.env_key(name)  # lookups by spec.name find rec
@@ -55,7 +55,7 @@ def test_every_registered_env_builds_steps_and_has_its_data(env_name: str) -> No
     finally:
         env.close()
     assert set(cfg.kwargs) <= set(accepted_kwargs(name))  # the YAML's kwargs are the library's arguments
-    assert C.resolve(name).run.num_timesteps >= 1  # default budget
+    assert resolve(name).run.num_timesteps >= 1  # default budget
     assert set(C.load_env_profiles(name)["quick"]) >= {"run.num_timesteps"}  # --quick
     assert (info["opponent_ids"] != []) == rec.has_opponents
 
@@ -63,9 +63,9 @@ def test_every_registered_env_builds_steps_and_has_its_data(env_name: str) -> No
 @pytest.mark.parametrize("name", opponent_env_names())
 def test_every_opponent_env_ships_its_opponent_and_an_outcome_rule(name: str) -> None:
     rec = env_record(name)
-    assert C.resolve(name).env.opponent == "pretrained"
+    assert resolve(name).env.opponent == "pretrained"
     assert (OPPONENTS_DIR / f"{name}.safetensors").is_file() and (OPPONENTS_DIR / f"{name}.card.md").is_file()
-    env = make_env(replace(C.resolve(name, "ddqn").env, horizon=2), seed=1)  # the shipped weights fit the env
+    env = make_env(replace(resolve(name, "ddqn").env, horizon=2), seed=1)  # the shipped weights fit the env
     try:
         assert isinstance(env.opponent, NetworkOpponent)  # type: ignore[attr-defined]
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suPER import config as C
+from suPER.resolve import resolve
 from tests.hostile.conftest import Outcome, assert_refused, assert_unchanged, run_cli, snapshot
 
 CSV_HEADER = "env_steps,team_return_mean,loss\n"
@@ -26,7 +26,7 @@ CSV_HEADER = "env_steps,team_return_mean,loss\n"
 def make_run(root: Path, seed: int, values: list[float], *, status: str | None = "finished", env: str = "pursuit",
              interval: int = 100) -> Path:
     """A run folder as a trainer leaves it (config.json, metrics.csv, manifest.json), without training."""
-    cfg = C.resolve(env, "ddqn", named={"run.seed": seed})
+    cfg = resolve(env, "ddqn", named={"run.seed": seed})
     folder = root / cfg.run_name
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
@@ -50,7 +50,7 @@ def small_campaign(tmp_path: Path, seeds: tuple[int, ...] = (1, 2, 3)) -> Path:
 
 
 def folder_of(root: Path, seed: int) -> Path:
-    return root / C.resolve("pursuit", "ddqn", named={"run.seed": seed}).run_name
+    return root / resolve("pursuit", "ddqn", named={"run.seed": seed}).run_name
 
 
 def assert_drawn(outcome: Outcome, out: Path, *warned: str) -> list[dict[str, str]]:

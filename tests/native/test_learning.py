@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suPER import config as C
-from suPER.evaluation import random_team_return
 from suPER.native.dqn import train
+from suPER.opponents import random_team_return
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, read_metrics
 
 SMALL_PURSUIT = {
@@ -29,7 +29,7 @@ MARGIN = 3.0
 
 
 def learn(tmp_path: Path, seed: int, algo: str = "dqn", **extra: object) -> tuple[dict[str, np.ndarray], float]:
-    cfg = C.resolve("pursuit", algo, overrides={**SMALL_PURSUIT, "run.seed": seed, **extra})
+    cfg = resolve("pursuit", algo, overrides={**SMALL_PURSUIT, "run.seed": seed, **extra})
     train(cfg, RunFolder(tmp_path / f"s{seed}"))
     return read_metrics(tmp_path / f"s{seed}" / "metrics.csv"), random_team_return(cfg.env)
 

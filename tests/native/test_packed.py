@@ -15,6 +15,7 @@ from suPER.core.relay import InsertionPolicy
 from suPER.native import dqn
 from suPER.native.fragment import Fragment, RowIndex, Rows, fragment_index
 from suPER.native.packed import check_packable, train_pack
+from suPER.resolve import resolve
 from suPER.runs import RunFolder
 
 TINY = {"env.horizon": 20, "env.kwargs.x_size": 8, "env.kwargs.y_size": 8, "env.kwargs.n_pursuers": 3,
@@ -30,7 +31,7 @@ def tiny_cfg(seed: int, relay: bool, updates: int, tmp: Path, **extra: Any) -> C
     named = {"run.seed": seed, "relay.enabled": relay, "run.num_timesteps": steps,
              "run.eval_interval": steps // (5 if updates >= 50 else 1),
              "run.out": str(tmp)}
-    return C.resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
+    return resolve("pursuit", "ddqn", overrides={**TINY, **extra}, named=named)
 
 
 def pack_of(cfgs: list[C.ExperimentConfig], sub: str, batched_env: bool = False) -> list[Any]:

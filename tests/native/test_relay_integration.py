@@ -8,6 +8,7 @@ import pytest
 from suPER.core.relay import InsertionPolicy, Relay
 from suPER.native.fragment import Fragment, relay_fragment, store_fragment
 from suPER.replay import MultiAgentPER
+from suPER.resolve import resolve
 
 N, T, OBS = 3, 2, (2, 2, 1)
 ALPHA, EPS = 0.6, 1e-6
@@ -113,7 +114,6 @@ def test_parameter_sharing_stores_all_agents_in_one_buffer() -> None:
 
 def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Two runs with the same seed write identical metrics (timing columns aside)."""
-    from suPER import config as C
     from suPER.native.dqn import train
     from suPER.runs import RunFolder, read_metrics
 
@@ -122,7 +122,7 @@ def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
                  "run.num_timesteps": 300, "run.eval_interval": 100, "run.eval_episodes": 2, "relay.enabled": True,
                  "relay.mode": "stochastic", "relay.bandwidth": 0.3, "run.seed": 4}
     for name in ("a", "b"):
-        train(C.resolve("pursuit", overrides=overrides), RunFolder(tmp_path / name))
+        train(resolve("pursuit", overrides=overrides), RunFolder(tmp_path / name))
     a, b = (read_metrics(tmp_path / n / "metrics.csv") for n in ("a", "b"))
     for col in a:
         if col not in ("env_steps_per_sec", "wall_time_s"):
@@ -131,8 +131,8 @@ def test_same_seed_same_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_topk_run_relays_exactly_k_rows_per_sender_per_fragment(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """``--super-mode topk --set relay.k=3`` on the native trainer: every (always alive) pursuer sends 3 rows a fragment."""
-    from suPER import config as C
+    """``--super-mode topk --set relay.params.k=3`` on the native trainer: every (always alive) pursuer sends 3 rows
+    a fragment."""
     from suPER.native.dqn import train
     from suPER.runs import RunFolder, read_metrics
 
@@ -140,8 +140,8 @@ def test_topk_run_relays_exactly_k_rows_per_sender_per_fragment(tmp_path) -> Non
     overrides = {"env.kwargs.n_pursuers": 3, "env.kwargs.n_evaders": 3, "env.kwargs.x_size": 8,
                  "env.kwargs.y_size": 8, "env.horizon": 50, "dqn.model": "mlp", "dqn.learning_starts": 50,
                  "run.num_timesteps": 200, "run.eval_interval": 100, "run.eval_episodes": 1, "relay.enabled": True,
-                 "relay.mode": "topk", "relay.k": k, "relay.bandwidth": 0.5, "run.seed": 2}
-    cfg = C.resolve("pursuit", overrides=overrides)
+                 "relay.mode": "topk", "relay.params.k": k, "relay.bandwidth": 0.5, "run.seed": 2}
+    cfg = resolve("pursuit", overrides=overrides)
     train(cfg, RunFolder(tmp_path / "run"))
     m = read_metrics(tmp_path / "run" / "metrics.csv")
     T, n = cfg.dqn.rollout_fragment_length, 3

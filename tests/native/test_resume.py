@@ -17,6 +17,7 @@ import torch
 
 from suPER import campaigns
 from suPER import config as C
+from suPER import resolve as R
 from suPER.loop import to_numpy, to_torch
 from suPER.replay import MultiAgentPER
 
@@ -173,7 +174,7 @@ def resolve(tmp_path: Path, budget: int, **run: object) -> C.ExperimentConfig:
     named = {"run.num_timesteps": budget, "run.eval_interval": 100, "run.eval_episodes": 1, "run.out": str(tmp_path),
              "run.progress": False, "dqn.model": "mlp", "relay.enabled": True, "relay.mode": "stochastic",
              **{f"run.{k}": v for k, v in run.items()}}
-    return C.resolve("pursuit", "ddqn", overrides=overrides, named=named)
+    return R.resolve("pursuit", "ddqn", overrides=overrides, named=named)
 
 
 def interrupt_at(steps: int):  # noqa: ANN201
@@ -220,6 +221,28 @@ def test_resume_mid_run_with_and_without_replay_in_the_checkpoint(tmp_path: Path
     final = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)
     refill = 0 if checkpoint_replay else expected_updates(400, learning_starts=100) - expected_updates(300)
     assert final["updates"] == expected_updates(600) - refill
+
+
+def test_an_unfinished_run_of_the_earlier_config_layout_resumes(tmp_path: Path) -> None:
+    """A run folder written before the rule parameters moved under ``relay.params`` (config.json and the
+    checkpoint's config holding every rule's parameters as ``relay`` fields, ``"k": 1`` in a stochastic run)
+    resumes: both are migrated on read, and the resumed run writes the current layout."""
+    cfg = resolve(tmp_path, 300)
+    with pytest.raises(Interrupt):
+        campaigns.execute(cfg, progress=interrupt_at(150))
+    run_dir = tmp_path / cfg.run_name
+
+    def old(config: dict[str, object]) -> dict[str, object]:
+        relay = {k: v for k, v in config["relay"].items() if k != "params"}  # type: ignore[union-attr]
+        return {**config, "relay": {**relay, "k": 1}}
+
+    (run_dir / "config.json").write_text(json.dumps(old(json.loads((run_dir / "config.json").read_text()))))
+    latest = run_dir / "checkpoints" / "latest.pt"
+    saved = torch.load(latest, weights_only=False)
+    saved["config"] = old(saved["config"])
+    torch.save(saved, latest)
+    assert campaigns.execute(cfg).env_steps == 300 and rows(run_dir) == [0, 100, 200, 300]
+    assert json.loads((run_dir / "config.json").read_text())["relay"]["params"] == {}
 
 
 def test_unfinished_run_with_another_config_is_refused(tmp_path: Path) -> None:

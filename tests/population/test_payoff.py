@@ -15,13 +15,14 @@ from suPER import config as C
 from suPER import opponents as O
 from suPER.evaluation import episode_seeds
 from suPER.models import BatchedQNet
-from suPER.population.mixture import MEMBER_SEED_TAG, Member, write_mixture
+from suPER.opponents.mixture import MEMBER_SEED_TAG, Member, write_mixture
 from suPER.population.payoff import PayoffTable, play_match
+from suPER.resolve import resolve
 
 
 @pytest.fixture(scope="module")
 def env_cfg() -> C.EnvConfig:
-    base = C.resolve("battle", "ddqn").env
+    base = resolve("battle", "ddqn").env
     return replace(base, opponent="random", horizon=10, kwargs={**base.kwargs, "map_size": 12})
 
 
@@ -139,8 +140,8 @@ def test_a_mixture_of_many_members_reads_each_file_once_and_has_a_limit(tmp_path
     import json as js
     import time
 
+    from suPER.opponents import mixture as M
     from suPER.opponents import team_file as TF
-    from suPER.population import mixture as M
 
     red1, red2 = team_file(tmp_path, "red", 1), team_file(tmp_path, "red", 2)
     members = [{"policy": f"p{k}", "file": Path(red1 if k % 2 else red2).name, "weight": 1.0} for k in range(3000)]

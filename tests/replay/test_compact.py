@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from suPER import config as C
-from suPER.envs import make_env
 from suPER.native import dqn
+from suPER.opponents import make_env
 from suPER.replay import Batch, CellCodec, CompactPER, MultiAgentPER, ObsCodecError, load_replay_state
+from suPER.resolve import resolve
 from suPER.runs import RunFolder
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "dones", "weights", "indices")
@@ -206,7 +207,7 @@ MAGENT = {"battle": {"env.kwargs.map_size": 18, "env.opponent": "random"},
 def test_magent_observations_round_trip_exactly(name: str) -> None:
     """Real games (random play, deaths included): each observation decodes to its float16 bits, and the value
     sets are what makes codes pay: presence/wall channels binary, few distinct cell vectors."""
-    cfg = C.resolve(name, overrides={**MAGENT[name], "env.horizon": 200})
+    cfg = resolve(name, overrides={**MAGENT[name], "env.horizon": 200})
     env = make_env(cfg.env, seed=5)
     spec = env.spec
     codec = CellCodec(spec.obs_shape, spec.obs_dtype)
@@ -234,7 +235,7 @@ def test_trainer_gives_the_same_run_with_either_layout(tmp_path: Path) -> None:
     """The real trainer on battle with SUPER (bandwidth 0.5): same seed, plain vs compact -> identical networks."""
     nets = {}
     for layout in ("plain", "compact"):
-        cfg = C.resolve("battle", overrides={
+        cfg = resolve("battle", overrides={
             "env.kwargs.map_size": 12, "env.opponent": "random", "env.horizon": 25, "run.num_timesteps": 120,
             "run.eval_points": 1, "run.eval_episodes": 1, "dqn.learning_starts": 20, "dqn.batch_size": 8,
             "dqn.hiddens": 16, "dqn.buffer_size": 60, "run.progress": False, "relay.enabled": True,

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from seac.trainer import train
-from suPER import config as C
-from suPER.evaluation import random_team_return
+from suPER.opponents import random_team_return
+from suPER.resolve import resolve
 from suPER.runs import RunFolder, read_metrics
 
 EASY_PURSUIT = {
@@ -32,7 +32,7 @@ MARGIN = 8.0
 
 
 def test_seac_team_return_rises_above_random(tmp_path: Path) -> None:
-    cfg = C.resolve("pursuit", "seac", overrides={**EASY_PURSUIT, "run.seed": 1})
+    cfg = resolve("pursuit", "seac", overrides={**EASY_PURSUIT, "run.seed": 1})
     train(cfg, RunFolder(tmp_path / "s1"))
     m = read_metrics(tmp_path / "s1" / "metrics.csv")
     random_return = random_team_return(cfg.env)

@@ -1,4 +1,4 @@
-"""The Ray instance `grid run` embeds (suPER/campaigns/embedded_ray.py), started for real in a child process:
+"""The Ray instance `grid run` embeds (suPER/embedded_ray.py), started for real in a child process:
 every listener it opens beyond loopback requires its token, the token is in no file, and SIGKILL of the
 driver leaves no process of it alive."""
 
@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from suPER import config as C
-from suPER.campaigns import embedded_ray
+from suPER import embedded_ray
 
 DRIVER = """
 import os, sys, time

@@ -73,7 +73,7 @@ def start(num_cpus: int | None = None, num_gpus: int | None = None) -> EmbeddedR
     # short: Ray's unix socket paths under the temp dir must stay below 108 characters
     temp_dir = Path(tempfile.mkdtemp(prefix="super-ray-", dir="/tmp"))
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "suPER.campaigns.embedded_ray", instance, str(os.getpid()), str(temp_dir)],
+        [sys.executable, "-m", "suPER.embedded_ray", instance, str(os.getpid()), str(temp_dir)],
         stdin=subprocess.PIPE, start_new_session=True,  # Ctrl-C of the terminal must not stop it first
         env={k: v for k, v in os.environ.items() if k not in (INSTANCE_ENV, "RAY_AUTH_TOKEN")})
     settings = {INSTANCE_ENV: instance, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),

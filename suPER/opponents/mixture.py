@@ -34,7 +34,8 @@ import numpy as np
 
 from suPER import config as C
 from suPER.envs import MultiAgentEnv, OpponentPolicy, RandomOpponent
-from suPER.opponents import NetworkOpponent, OpponentFileError, inspect_team, load_team
+from suPER.opponents.policy import NetworkOpponent
+from suPER.opponents.team_file import OpponentFileError, inspect_team, load_team
 from suPER.runs import atomic_write_json
 
 FORMAT = "super-marl-mixture"
