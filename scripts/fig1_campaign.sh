@@ -81,6 +81,10 @@ done
 stages > "$wt/runs/fig1-stages.txt"  # untracked: the worktree stays clean, manifests name the pinned commit
 cd "$wt"
 export RAY_AUTH_MODE=disabled WANDB_MODE=offline WANDB_SILENT=true
+# At the lowest CPU share beside a loaded machine the raylet can miss Ray's health checks for longer than the
+# default 5 x 3 s; Ray then marks the one node dead and Tune waits for resources forever (2026-12-05, load 60 on 2
+# cores). Tolerate 10 minutes of missed checks (read by the GCS at start).
+export RAY_health_check_failure_threshold=200
 # shellcheck disable=SC2016 # expanded by the detached bash
 setsid nohup bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
   set -f  # the stages globs are grid filters, not file names

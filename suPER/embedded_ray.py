@@ -26,6 +26,12 @@ from pathlib import Path
 INSTANCE_ENV = "SUPER_MARL_RAY_INSTANCE"
 """Environment variable naming the embedded instance; every process Ray starts for it inherits it."""
 
+HEALTH_CHECK_FAILURES = "200"
+"""Missed health checks (3 s apart) before Ray's GCS declares the one node of this instance dead (Ray's default: 5).
+On a loaded machine (a campaign niced beside test suites, load 60 on 2 cores) the raylet missed 15 s of checks, Ray
+marked the only node dead and Tune waited for resources forever; a real crash of a one-node instance ends the
+driver anyway. ``RAY_health_check_failure_threshold`` in the environment wins."""
+
 NO_PORT = "65536"
 """``AUTOSCALER_METRIC_PORT`` and ``DASHBOARD_METRIC_PORT`` for the instance: no valid port, so neither
 Prometheus server starts.
@@ -78,7 +84,9 @@ def start(num_cpus: int | None = None, num_gpus: int | None = None) -> EmbeddedR
         env={k: v for k, v in os.environ.items() if k not in (INSTANCE_ENV, "RAY_AUTH_TOKEN")})
     settings = {INSTANCE_ENV: instance, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                 "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-                "AUTOSCALER_METRIC_PORT": NO_PORT, "DASHBOARD_METRIC_PORT": NO_PORT}
+                "AUTOSCALER_METRIC_PORT": NO_PORT, "DASHBOARD_METRIC_PORT": NO_PORT,
+                "RAY_health_check_failure_threshold": os.environ.get("RAY_health_check_failure_threshold",
+                                                                     HEALTH_CHECK_FAILURES)}
     handle = EmbeddedRay(instance, temp_dir, watchdog, {k: os.environ.get(k) for k in settings})
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
     os.environ.update(settings)

@@ -119,6 +119,9 @@ def test_embedded_ray_requires_its_token_off_loopback_and_dies_with_a_sigkilled_
         instance, token = line.split()
         pids = embedded_ray.instance_pids(instance)
         assert len(pids) >= 4  # gcs, raylet, agents, worker
+        gcs = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "gcs_server"]
+        threshold = f"RAY_health_check_failure_threshold={embedded_ray.HEALTH_CHECK_FAILURES}".encode()
+        assert len(gcs) == 1 and threshold in Path(f"/proc/{gcs[0]}/environ").read_bytes().split(b"\0")  # patient
         socks = listeners([driver.pid, *pids])
         assert any(not is_loopback(ip) for _, ip, _ in socks)  # Ray 2.60 does bind beyond loopback ...
         for pid, ip, port in socks:  # ... so every such listener must demand the token
