@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from suPER import config as C
 from suPER.envs import MultiAgentEnv, OpponentPolicy, RandomOpponent
@@ -190,8 +191,9 @@ def load_mixture_opponent(path: Path, env: MultiAgentEnv, cfg: C.EnvConfig, seed
         else:
             file = (Path(path).parent / m.file).resolve()
             if file not in teams:
-                inspect_team(file, env, "opponent")  # a bad file is one line now, not when first drawn
-                teams[file] = _SharedTeam(file)
+                meta = inspect_team(file, env, "opponent")  # a bad file is one line now, not when first drawn
+                meta.empty_net()  # torch's draws of reading the file here (load_team builds one net), so a run's
+                teams[file] = _SharedTeam(file)  # networks, initialised after its opponent, start as before
             factories.append(lambda s, team=teams[file]: NetworkOpponent(team.net(), cfg.opponent_epsilon, s))
     return MixtureOpponent(factories, [m.weight for m in kept], seed, names=[m.policy for m in kept])
 
@@ -205,5 +207,6 @@ class _SharedTeam:
 
     def net(self) -> Any:
         if self._net is None:
-            self._net, _ = load_team(self.file, None, "opponent")  # checked against the env by inspect_team
+            with torch.random.fork_rng(devices=[]):  # mid-run: no draw from torch's global generator
+                self._net, _ = load_team(self.file, None, "opponent")  # checked against the env by inspect_team
         return self._net

@@ -177,7 +177,8 @@ def inspect_team(path: Path | str, env: MultiAgentEnv | None = None, side: str =
     except SafetensorError as exc:
         raise OpponentFileError(f"{path}: not a readable safetensors file, truncated or corrupt ({exc})") from exc
     _expect(meta, env, side, path)
-    net = meta.empty_net()
+    with torch.random.fork_rng(devices=[]):  # a check draws nothing: the runs' networks are initialised from
+        net = meta.empty_net()               # torch's global generator after the opponent is loaded
     _check_shapes(path, {f"{agent}.{name}": tuple(t.shape) for p, agent in enumerate(meta.agent_ids)
                          for name, t in net.policy_state_dict(p).items()}, found)
     return meta

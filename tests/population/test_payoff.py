@@ -165,3 +165,36 @@ def test_a_mixture_of_many_members_reads_each_file_once_and_has_a_limit(tmp_path
     monkeypatch.setattr(M, "MAX_MIXTURE_MEMBERS", 1000)
     with pytest.raises(C.ConfigError, match="big.mixture.json: expected at most 1000 members of positive weight, got 3000"):
         O.make_env(replace(env_cfg, opponent=str(path)), seed=1)
+
+
+def test_loading_an_opponent_draws_from_torch_as_reading_every_file_up_front_did(tmp_path: Path,
+                                                                                env_cfg: C.EnvConfig) -> None:
+    """A run's networks are initialised from torch's global generator after its opponent is built, so how an
+    opponent loads must not move that generator: checking a file draws nothing, a mixture draws what reading each
+    distinct file once draws (``load_team``), and a member read later, when first drawn, draws nothing."""
+    from suPER.opponents import inspect_team, load_team
+
+    red_a, red_b = team_file(tmp_path, "red", 4), team_file(tmp_path, "red", 5)
+    torch.manual_seed(0)
+    expected_after_check = torch.rand(1).item()
+    torch.manual_seed(0)
+    inspect_team(red_a)
+    assert torch.rand(1).item() == expected_after_check
+
+    mix = tmp_path / "red.mixture.json"
+    write_mixture(mix, "battle", [Member("a", Path(red_a).name, 1.0), Member("b", Path(red_b).name, 1.0)])
+    torch.manual_seed(0)
+    load_team(red_a)
+    load_team(red_b)
+    eager = torch.rand(1).item()
+    torch.manual_seed(0)
+    env = O.make_env(replace(env_cfg, opponent=str(mix)), seed=1)
+    try:
+        assert torch.rand(1).item() == eager
+        state = torch.get_rng_state()
+        mixture = env.opponent  # type: ignore[attr-defined]
+        for k in range(2):
+            mixture.member(k)  # the member not drawn at build time is read now
+        assert torch.equal(torch.get_rng_state(), state)
+    finally:
+        env.close()
