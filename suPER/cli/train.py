@@ -184,8 +184,8 @@ def _from_config_file(opts: dict[str, Any],
                         f"{exc.msg}") from None
     if not isinstance(data, dict):
         raise UserError(f"{where}: expected a JSON object (a run's config.json), got {type(data).__name__}")
-    run = {f"run.{n}": opts[n] for n in CONFIG_FILE_FLAGS if f"run.{n}" in C.flatten(C.ExperimentConfig().to_dict())
-           and opts[n] is not None}
+    run_fields = {f.name for f in FLAGS if f.key == f"run.{f.name}"}  # --out -> run.out, ...; not --overwrite
+    run = {f"run.{n}": opts[n] for n in CONFIG_FILE_FLAGS if n in run_fields and opts[n] is not None}
     try:
         cfg = from_dict({**data, "run": {**data.get("run", {}), **{k[4:]: v for k, v in run.items()}}})
     except C.ConfigError as exc:
