@@ -60,7 +60,7 @@ def guard_numbers(command: Any) -> Any:
         def check(ctx: Any, p: Any, value: Any, then: Any = param.callback) -> Any:
             if value is not None and not (math.isfinite(value) and value >= 0):
                 flag = p.opts[0] if p.opts else p.name.upper()
-                typed = (ctx.find_root().obj or {}).get("typed", {}) if ctx is not None else {}
+                typed = typed_flags(ctx)
                 what = "an integer" if isinstance(value, int) else "a finite number"
                 raise UserError(f"{typed.get(flag, flag)}: expected {what} >= 0, got {value}")
             return then(ctx, p, value) if then is not None else value
@@ -69,23 +69,20 @@ def guard_numbers(command: Any) -> Any:
     return command
 
 
-def number(flag: str, value: float, minimum: float, inclusive: bool = True) -> float:
-    """A finite number at least (or above) ``minimum``: nan and inf are refused by name, before anything starts.
+def positive(flag: str, value: float) -> float:
+    """A number above 0 (``guard_numbers`` has already refused negatives, nan and inf at parse time).
 
     Raises:
-        UserError: ``"<flag>: expected a finite number >= <minimum>, got <value>"``.
+        UserError: ``"<flag>: expected a finite number > 0, got 0.0"``.
     """
-    import math
-
-    ok = math.isfinite(value) and (value >= minimum if inclusive else value > minimum)
-    if not ok:
-        raise UserError(f"{flag}: expected a finite number {'>=' if inclusive else '>'} {minimum:g}, got {value}")
+    if not value > 0:
+        raise UserError(f"{flag}: expected a finite number > 0, got {value}")
     return value
 
-
-def typed_flags() -> dict[str, str]:
-    """What ``main`` recorded of the paper spellings the user typed (``--bandwidth -> --suPER_bandwidth``)."""
-    ctx = click_context()
+def typed_flags(ctx: Any = None) -> dict[str, str]:
+    """What ``main`` recorded of the paper spellings the user typed (``--bandwidth -> --suPER_bandwidth``), from
+    ``ctx`` or the running click context."""
+    ctx = ctx if ctx is not None else click_context()
     obj = ctx.find_root().obj if ctx is not None else None
     return dict(obj.get("typed", {})) if isinstance(obj, dict) else {}
 

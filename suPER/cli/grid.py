@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
-from suPER.cli.common import FilterOpt, SeedsOpt, UserError, check_with_env, number, print_table
+from suPER.cli.common import FilterOpt, SeedsOpt, UserError, check_with_env, positive, print_table
 
 grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
                        "(experiments/paper_grid.yaml, bandwidth_sweep.yaml, smoke.yaml).")
@@ -151,12 +151,11 @@ def grid_run(
     """
     from suPER import campaigns
 
-    number("--cpus-per-trial", cpus_per_trial, minimum=0, inclusive=False)
-    number("--gpus-per-trial", gpus_per_trial, minimum=0)
+    positive("--cpus-per-trial", cpus_per_trial)
     if pack_size is not None and pack_size < 1:
         raise UserError(f"--pack-size: expected an integer >= 1, got {pack_size}")
     if pack_memory_gb is not None:
-        number("--pack-memory-gb", pack_memory_gb, minimum=0, inclusive=False)
+        positive("--pack-memory-gb", pack_memory_gb)
     if not pack and (pack_size is not None or pack_memory_gb is not None):
         raise UserError("--pack-size / --pack-memory-gb: only with --pack")
     grid, selected = _load_grid(file, seeds, filter_)
@@ -222,8 +221,7 @@ def grid_submit(
     """
     from suPER import campaigns
 
-    number("--cpus", cpus, minimum=0, inclusive=False)
-    number("--gpus", gpus, minimum=0)
+    positive("--cpus", cpus)
     grid, selected = _load_grid(file, seeds, filter_)
     if not [r for r in selected if not r.pending]:
         raise UserError(f"--filter: no runnable run of {file} matches {' '.join(filter_ or [])!r}")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from suPER.cli.common import FilterOpt, UserError, number
+from suPER.cli.common import FilterOpt, UserError, positive
 
 
 def reproduce(
@@ -39,7 +39,7 @@ def reproduce(
     from suPER import campaigns, runs
     from suPER import reproduce as R
 
-    number("--cpus-per-trial", cpus_per_trial, minimum=0, inclusive=False)
+    positive("--cpus-per-trial", cpus_per_trial)
     grid, runs_ = R.figure_runs(figure, fraction, seeds, env or [], layer, filter_ or [], protocol)
     if not runs_:  # a selection that matches nothing is a typo, not a finished figure (as grid run)
         asked = " ".join([*(f"--env {e}" for e in env or []), *(f"--filter {f}" for f in filter_ or [])])

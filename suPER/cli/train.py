@@ -100,7 +100,7 @@ def train(**opts: Any) -> None:
         raise UserError(f"{label('eval_parallel')}: packed runs evaluate in-process; drop it or --pack")
     if opts["eval_episodes"] == 0:  # 0 is for trainers that skip evaluation (best responses), not a run's curve
         raise UserError(f"{label('eval_episodes')}: expected an integer >= 1 (every evaluation plays them), got 0")
-    cfgs = _from_config_file(opts, label) if opts["config"] is not None else _from_flags(opts, label)
+    cfgs = _from_config_file(opts, label) if opts["config"] is not None else _from_flags(opts, label, typed)
     packed: list[C.ExperimentConfig] = []
     for i, (cfg, labels) in enumerate(cfgs):
         if i == 0:
@@ -133,7 +133,8 @@ train.__doc__ = "\n\n".join(" ".join(paragraph.split()) for paragraph in (train.
 train.__signature__ = train_signature()  # type: ignore[attr-defined]
 
 
-def _from_flags(opts: dict[str, Any], label: Callable[[str], str]) -> list[tuple[C.ExperimentConfig, dict[str, str]]]:
+def _from_flags(opts: dict[str, Any], label: Callable[[str], str],
+                typed: dict[str, str]) -> list[tuple[C.ExperimentConfig, dict[str, str]]]:
     """The runs' configs from the setting flags: named flags, ``--set``, then one config per seed."""
     env, algo = opts["env"], opts["algo"]
     flags = {name: opts[name] for name in (*FLAG_KEYS, "quick", "legacy", "protocol")}
@@ -144,7 +145,6 @@ def _from_flags(opts: dict[str, Any], label: Callable[[str], str]) -> list[tuple
             named[f"run.{name}"], labels[f"run.{name}"] = opts[name], label(name)
     labels["run.algo"], labels["env.name"] = label("algo"), label("env")
     overrides = C.parse_set_pairs(opts["set"] or [])
-    typed = typed_flags()
     labels.update({key: typed.get(f"--set {key}", f"--set {key}") for key in overrides})
     first = resolve(env, algo, overrides=overrides, named=named, labels=labels)
     return [(first, labels)] + [
