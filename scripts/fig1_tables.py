@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
-    python scripts/fig1_tables.py [results/fig1]
+    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare]
 
-Two markdown tables: each run's final score (the mean of its last 10% of evaluations) per env and configuration,
-seeds in order; and the claim table (``analysis.claim_table``: every SUPER rule with runs minus each baseline, Welch
-p Holm-adjusted per env, TOST at 10% of the env's random-to-best range, the verdict under each final-score window,
-seeds for 80% power), as ``plot --analysis`` computes it with the shipped random-policy returns.
-``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
+``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
+its last 10% of evaluations) per env and configuration, seeds in order; the claim table (``analysis.claim_table``:
+every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env and protocol, TOST at 10% of the env's
+random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis``
+computes it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games
+(each run's ``final_games.json``). ``compare``: each claim's verdict under both protocols
+(``analysis.protocol_comparison``). ``tests/test_results_records.py`` checks that results.md's tables hold these
+numbers.
 """
 
 from __future__ import annotations
@@ -26,38 +29,95 @@ ENVS = (("pursuit", "pursuit (200k)"), ("battle", "battle (100k)"),
 CONFIGURATIONS = (("no sharing", "ddqn"), ("SUPER quantile", "ddqn_super_quantile"),
                   ("SUPER gaussian", "ddqn_super_gaussian"), ("SUPER stochastic", "ddqn_super_stochastic"),
                   ("share-all", "ddqn_super_gaussian [shareall]"), ("parameter sharing", "ddqn_ps"))
-"""(column name, configuration label) of the final-score table"""
+"""(column name, configuration label) of our protocol's final-score table"""
+
+PAPER_CONFIGURATIONS = (("no sharing", "ddqn (paper)"), ("SUPER quantile", "ddqn_super_quantile (paper)"),
+                        ("SUPER gaussian", "ddqn_super_gaussian_variance (paper)"),
+                        ("SUPER stochastic", "ddqn_super_stochastic (paper)"),
+                        ("share-all", "ddqn_super_gaussian_variance (paper) [shareall]"),
+                        ("parameter sharing", "ddqn_ps (paper)"))
+"""the same for the paper protocol: its gaussian thresholds on the variance, as the original's did"""
 
 
 def _p(p: float) -> str:
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    return "-" if p != p else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def markdown(curves: list[plotting.RunCurve]) -> str:
-    """The final-score table (each run's score, seeds in order) and the claim table (``analysis.claim_table``, 2,000
-    bootstrap resamples as ``plot --analysis``), envs in ``ENVS`` order."""
+def _ci(low: float, high: float) -> str:
+    return "-" if low != low else f"[{low:.1f}, {high:.1f}]"
+
+
+def claim_rows(curves: list[plotting.RunCurve]) -> list[dict]:
+    """``analysis.claim_table`` of the curves (2,000 bootstrap resamples as ``plot --analysis``, the shipped
+    random-policy returns for the TOST margins), envs in ``ENVS`` order."""
     import tempfile
 
     scores = analysis.scores_by_configuration(curves)
     with tempfile.TemporaryDirectory() as tmp:  # measurements the shipped data lack would land here
         random = analysis.random_returns(curves, Path(tmp) / "random_returns.json")
     margins = analysis.margins_of(analysis.normalize(scores, random)[1])
-    lines = ["| env | " + " | ".join(name for name, _ in CONFIGURATIONS) + " |",
-             "|---|" + "---:|" * len(CONFIGURATIONS)]
+    order = {env: i for i, (env, _) in enumerate(ENVS)}
+    rows = analysis.claim_table(scores, margins=margins, windows=analysis.window_scores(curves))
+    return sorted(rows, key=lambda r: order.get(r["env"], len(order)))
+
+
+def final_games(records: Path, configurations: tuple[tuple[str, str], ...]) -> str:
+    """Battle's final policies on 100 varied games (``final_games.json`` of each finished battle run of the
+    configurations, seeds in order): win rate with its 95% Wilson interval, loss and tie rates, mean episode length
+    and team return, one row per configuration, one value per seed."""
+    import json
+
+    curves = [c for c in plotting.load_run_curves(plotting.find_run_folders([records]))
+              if c.env == "battle" and c.finished]
+    lines = ["| configuration | seeds | win rate [95% Wilson] | loss rate | tie rate | episode length | team return |",
+             "|---|---|---|---|---|---|---|"]
+    for name, label in configurations:
+        games = sorted((c.seed, json.loads((Path(c.source) / "final_games.json").read_text())) for c in curves
+                       if c.label == label and (Path(c.source) / "final_games.json").is_file())
+        if not games:
+            continue
+        seeds = ", ".join(f"s{s}" for s, _ in games)
+        win = ", ".join(f"{g['win_rate']:.2f} [{g['win_rate_ci'][0]:.2f}, {g['win_rate_ci'][1]:.2f}]" for _, g in games)
+        loss, tie = (", ".join(f"{g[k]:.2f}" for _, g in games) for k in ("loss_rate", "tie_rate"))
+        length = ", ".join(f"{g['episode_len']:.0f}" for _, g in games)
+        ret = ", ".join(f"{g['team_return']:+.1f}" for _, g in games)
+        lines.append(f"| {name} | {seeds} | {win} | {loss} | {tie} | {length} | {ret} |")
+    return "\n".join(lines)
+
+
+def comparison(curves: list[plotting.RunCurve]) -> str:
+    """Each claim's verdict under both protocols (``analysis.protocol_comparison``), envs in ``ENVS`` order."""
+    lines = ["| env | claim | paper: runs | difference | verdict | ours: runs | difference | verdict | same |",
+             "|---|---|---:|---:|---|---:|---:|---|---|"]
+    for t in analysis.protocol_comparison(claim_rows(curves)):
+        diff = {p: "-" if t[f"{p}_difference"] != t[f"{p}_difference"] else f"{t[f'{p}_difference']:+.1f}"
+                for p in ("paper", "ours")}
+        verdicts = {p: t[f"{p}_verdict"].replace(" at this budget", "") for p in ("paper", "ours")}
+        lines.append(f"| {t['env'].replace('_', ' ')} | {t['claim'].removeprefix('SUPER-')} | {t['paper_runs']} | "
+                     f"{diff['paper']} | {verdicts['paper']} | {t['ours_runs']} | {diff['ours']} | {verdicts['ours']} | "
+                     f"{t['same_verdict']} |")
+    return "\n".join(lines)
+
+
+def markdown(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, str], ...] = CONFIGURATIONS) -> str:
+    """The final-score table (each run's score, seeds in order) and the claim table of one protocol's curves
+    (``claim_rows``), envs in ``ENVS`` order."""
+    scores = analysis.scores_by_configuration(curves)
+    lines = ["| env | " + " | ".join(name for name, _ in configurations) + " |",
+             "|---|" + "---:|" * len(configurations)]
     for env, row_name in ENVS:
-        cells = [", ".join(f"{v:+.1f}" for v in scores.get(env, {}).get(label, [])) for _, label in CONFIGURATIONS]
+        cells = [", ".join(f"{v:+.1f}" for v in scores.get(env, {}).get(label, [])) for _, label in configurations]
         lines.append(f"| {row_name} | " + " | ".join(cells) + " |")
     lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
               "TOST p (Holm) | verdict | other windows | seeds for 80% power |",
               "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|"]
-    order = {env: i for i, (env, _) in enumerate(ENVS)}
-    rows = analysis.claim_table(scores, margins=margins, windows=analysis.window_scores(curves))
-    for r in sorted(rows, key=lambda r: order.get(r["env"], len(order))):
+    for r in claim_rows(curves):
         others = r["verdicts_by_window"]  # the other windows (the table's own, last 10%, is its verdict)
         seeds = r["seeds_for_power"]
-        lines.append(f"| {r['env'].replace('_', ' ')} | {r['super'].removeprefix('ddqn_super_')} | "
-                     f"{r['claim'].split(' - ', 1)[1]} | {r['super_runs']} vs {r['baseline_runs']} | "
-                     f"{r['iqm_difference']:+.1f} | [{r['ci_low']:.1f}, {r['ci_high']:.1f}] | "
+        rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
+        rule = analysis.PAPER_RULE_NAMES.get(rule, rule).removeprefix("SUPER-")  # the paper's gaussian: on the variance
+        lines.append(f"| {r['env'].replace('_', ' ')} | {rule} | {baseline} | {r['super_runs']} vs {r['baseline_runs']} | "
+                     f"{r['iqm_difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | "
                      f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} ({_p(r['welch_p_holm'])}) | "
                      f"{_p(r['tost_p_holm'])} | {r['verdict'].removesuffix(' at this budget')}"
                      f"{' (fragile)' if r['fragile'] else ''} | {others} | "
@@ -66,15 +126,24 @@ def markdown(curves: list[plotting.RunCurve]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        print("usage: python scripts/fig1_tables.py [RECORDS]", file=sys.stderr)
-        return 2
-    records = Path(argv[0]) if argv else ROOT / "results" / "fig1"
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
+    parser.add_argument("--protocol", choices=("ours", "paper", "compare"), default="ours")
+    args = parser.parse_args(argv)
+    records = Path(args.records)
     if not records.is_dir():
-        print(f"RECORDS: expected a folder of run records, got {str(records)!r}", file=sys.stderr)
+        print(f"RECORDS: expected a folder of run records, got {args.records!r}", file=sys.stderr)
         return 2
     curves = plotting.load_run_curves(plotting.find_run_folders([records]))
-    print(markdown([c for c in curves if not plotting.is_paper(c.label)]))  # our protocol's section
+    if args.protocol == "compare":
+        print(comparison(curves))
+    elif args.protocol == "paper":
+        print(markdown([c for c in curves if plotting.is_paper(c.label)], PAPER_CONFIGURATIONS))
+        print("\n" + final_games(records, PAPER_CONFIGURATIONS))
+    else:
+        print(markdown([c for c in curves if not plotting.is_paper(c.label)]))
     return 0
 
 

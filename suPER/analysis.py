@@ -149,11 +149,11 @@ def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     """(claim, SUPER configuration, baseline configuration) for every pair among ``labels`` that the paper's claim
     covers: each ``<algo>_super_<rule>`` (b = 0.1 as run; a tagged label such as share-all's ``[shareall]`` is not
     one), rules in ``SELECTION_RULES`` order (quantile first), against each of ``BASELINES`` present (the first
-    label its glob matches), within one protocol: our protocol's pairs first, then the paper protocol's
-    (``plotting.PAPER_SUFFIX`` labels). Claim names read ``SUPER-<rule> - <baseline>`` and end in ``(paper)`` for
-    the paper protocol's."""
+    label its glob matches), within one protocol: the paper protocol's pairs first (``plotting.PAPER_SUFFIX``
+    labels), then ours. Claim names read ``SUPER-<rule> - <baseline>`` and end in ``(paper)`` for the paper
+    protocol's."""
     out = []
-    for paper in (False, True):
+    for paper in (True, False):
         suffix = plotting.PAPER_SUFFIX if paper else ""
         plain = {lab.replace(suffix, "", 1): lab for lab in labels if plotting.is_paper(lab) == paper}
         out += [(claim + suffix, plain[sup], plain[base]) for claim, sup, base in _claims(list(plain))]
@@ -175,7 +175,12 @@ def _claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     return out
 
 
-CLAIM_COLUMNS = ("env", "claim", "super", "baseline", "super_runs", "baseline_runs", "iqm_difference",
+def protocol_of(claim: str) -> str:
+    """``paper`` for a paper-protocol claim (its name ends in ``plotting.PAPER_SUFFIX``), else ``ours``."""
+    return "paper" if claim.endswith(plotting.PAPER_SUFFIX) else "ours"
+
+
+CLAIM_COLUMNS = ("env", "protocol", "claim", "super", "baseline", "super_runs", "baseline_runs", "iqm_difference",
                  "ci_low", "ci_high", "probability_of_improvement", "poi_ci_low", "poi_ci_high", "welch_p",
                  "welch_p_holm", "family", "tost_margin", "tost_p_holm", "verdict", "fragile", "verdicts_by_window",
                  "seeds_for_power")
@@ -186,8 +191,9 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
                 windows: dict[str, dict[str, dict[str, np.ndarray]]] | None = None) -> list[dict[str, Any]]:
     """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``).
 
-    The family of a test is its env: Welch's p and the TOST p are Holm-adjusted over that env's claim rows
-    (``stats.holm``), and the verdict uses the adjusted values. ``tost_margin`` (from ``margins``, per env:
+    The family of a test is its env under one protocol: Welch's p and the TOST p are Holm-adjusted over that env's
+    claim rows of that protocol (``stats.holm``), and the verdict uses the adjusted values. The two protocols are
+    two experiments, each asking the paper's questions once, so runs of one never change the other's verdicts. ``tost_margin`` (from ``margins``, per env:
     ``EQUIVALENCE_MARGIN x (best - random)``) makes equivalence decidable; without one no row is equivalent.
     ``windows`` (window name -> the scores under that final-score definition, ``WINDOWS``) adds each row's verdict
     under each, and ``fragile`` when any differs from this table's. ``seeds_for_power``: runs per side for 80% power
@@ -215,26 +221,29 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
 
 def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
                  margins: dict[str, float]) -> list[dict[str, Any]]:
-    """The claim rows of every env with Holm-adjusted p-values and verdicts (``claim_table`` without windows)."""
-    rows: list[dict[str, Any]] = []
+    """The claim rows of every env with Holm-adjusted p-values and verdicts (``claim_table`` without windows), one
+    Holm family per (env, protocol)."""
+    families: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for env, by_cfg in scores.items():
-        family: list[dict[str, Any]] = []
         margin = margins.get(env, float("nan"))
         for claim, sup, base in claims(list(by_cfg)):
             x, y = by_cfg[sup], by_cfg[base]
             lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
             plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
-            family.append({"env": env, "claim": claim, "super": sup, "baseline": base,
+            families.setdefault((env, protocol_of(claim)), []).append({
+                           "env": env, "protocol": protocol_of(claim), "claim": claim, "super": sup, "baseline": base,
                            "super_runs": len(x), "baseline_runs": len(y),
                            "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
                            "probability_of_improvement": float(probability_of_improvement(x, y)),
                            "poi_ci_low": float(plo), "poi_ci_high": float(phi), "welch_p": welch_p(x, y),
                            "tost_margin": margin, "tost_p": welch_tost_p(x, y, margin), "x": x, "y": y})
+    rows: list[dict[str, Any]] = []
+    for (env, protocol), family in sorted(families.items(), key=lambda kv: kv[0][1] != "paper"):
         p_holm = holm([r["welch_p"] for r in family])
         tost_holm = holm([r.pop("tost_p") for r in family])
         for r, p, t in zip(family, p_holm, tost_holm):
             x, y = r.pop("x"), r.pop("y")
-            r.update(welch_p_holm=float(p), tost_p_holm=float(t), family=f"{env}: {len(family)} claims",
+            r.update(welch_p_holm=float(p), tost_p_holm=float(t), family=f"{env} ({protocol}): {len(family)} claims",
                      verdict=verdict(r["ci_low"], r["ci_high"], float(p), float(t)))
             r["seeds_for_power"] = (seeds_for_power(x, y, alpha=ALPHA / len(family)) if r["verdict"] == INCONCLUSIVE
                                     else float("nan"))
@@ -519,25 +528,82 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
     lines = ["Claims: difference of IQM of final scores (mean of each run's last 10% of evaluations), SUPER minus "
              "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
              "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on the final scores (two-sided), "
-             f"raw and Holm-adjusted over each env's claims (families: {families or '-'}). Verdict on the adjusted "
+             f"raw and Holm-adjusted over each env's claims under one protocol (families: {families or '-'}). "
+             "Verdict on the adjusted "
              "p: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), equivalent (CI contains 0 and "
              f"the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} x (best - random) of the env), "
              "inconclusive otherwise (or fewer than 2 runs a side). Fragile: the verdict differs under another "
              "final-score window (last 5%, 10%, 20% of evaluations, AUC = all of them). Seeds: runs per side for 80% "
              "power at the observed effect (alpha 0.05 / family size), for inconclusive rows.", "",
-             "| env | claim | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | TOST p (Holm) | "
-             "verdict | by window | seeds for 80% power |",
-             "|---|---|---:|---:|---|---:|---:|---:|---|---|---:|"]
+             "| env | protocol | claim | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
+             "TOST p (Holm) | verdict | by window | seeds for 80% power |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---|---|---:|"]
     for r in rows:
         seeds = r["seeds_for_power"]
-        lines.append(f"| {r['env']} | {r['claim']} ({r['baseline']}) | {r['super_runs']} vs {r['baseline_runs']} | "
+        claim = r["claim"].removesuffix(plotting.PAPER_SUFFIX)
+        lines.append(f"| {r['env']} | {r['protocol']} | {claim} ({r['baseline']}) | "
+                     f"{r['super_runs']} vs {r['baseline_runs']} | "
                      f"{_fmt(r['iqm_difference'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
                      f"{_fmt(r['probability_of_improvement'])} [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
                      f"{_fmt_p(r['welch_p'])} ({_fmt_p(r['welch_p_holm'])}) | {_fmt_p(r['tost_p_holm'])} | "
                      f"{r['verdict']}{' (fragile)' if r['fragile'] else ''} | {r['verdicts_by_window'] or '-'} | "
                      f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
     if not rows:
-        lines.append("| - | no SUPER configuration with a baseline in these runs | | | | | | | | | |")
+        lines.append("| - | - | no SUPER configuration with a baseline in these runs | | | | | | | | | |")
+    atomic_write_text(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+PROTOCOL_COLUMNS = ("env", "claim", "paper_runs", "paper_difference", "paper_verdict", "ours_runs",
+                    "ours_difference", "ours_verdict", "same_verdict")
+
+
+PAPER_RULE_NAMES = {"SUPER-gaussian_variance": "SUPER-gaussian"}
+"""The paper protocol's rules under the paper's names: its gaussian is the original's, on the variance
+(``relay.mode: gaussian_variance``), which is what the paper calls SUPER gaussian."""
+
+
+def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (env, claim) of ``claim_table``'s rows: its runs, IQM difference and verdict under the paper
+    protocol and under ours (``-`` / NaN where a protocol has no such claim yet), and whether the verdicts agree.
+    A claim is named as the paper names it (``PAPER_RULE_NAMES``), so each protocol's SUPER gaussian meets the
+    other's. Claims of either protocol appear; which deviation moves a verdict that differs is a question for a pair
+    of runs that isolates it, not for this table."""
+    by_claim: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r["protocol"] != "paper"):
+        rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
+        if r["protocol"] == "paper":
+            rule = PAPER_RULE_NAMES.get(rule, rule)
+        key = (r["env"], f"{rule} - {baseline}")
+        out = by_claim.setdefault(key, {"env": key[0], "claim": key[1], **{
+            f"{p}_{k}": v for p in ("paper", "ours") for k, v in (("runs", "-"), ("difference", float("nan")),
+                                                                  ("verdict", "-"))}})
+        verdict_text = r["verdict"] + (" (fragile)" if r.get("fragile") else "")
+        out.update({f"{r['protocol']}_runs": f"{r['super_runs']} vs {r['baseline_runs']}",
+                    f"{r['protocol']}_difference": r["iqm_difference"], f"{r['protocol']}_verdict": verdict_text})
+    for out in by_claim.values():
+        both = "-" not in (out["paper_verdict"], out["ours_verdict"])
+        out["same_verdict"] = ("yes" if out["paper_verdict"] == out["ours_verdict"] else "no") if both else "-"
+    order = sorted(by_claim, key=lambda k: [r["env"] for r in rows].index(k[0]))
+    return [by_claim[k] for k in order]
+
+
+def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,
+                              stem: str = "protocols") -> tuple[Path, Path]:
+    """``protocol_comparison`` of the claim rows as CSV and markdown. Returns (csv, md)."""
+    table = protocol_comparison(rows)
+    csv_path, md_path = Path(out_dir) / f"{stem}.csv", Path(out_dir) / f"{stem}.md"
+    _write_csv(csv_path, table, PROTOCOL_COLUMNS)
+    lines = ["Each claim under the paper protocol (the original's behaviour) and ours (this suite's corrected "
+             "defaults): runs a side, IQM difference of final scores (SUPER minus baseline) and the verdict of the "
+             "claim table (Holm per env and protocol).", "",
+             "| env | claim | paper: runs | difference | verdict | ours: runs | difference | verdict | same |",
+             "|---|---|---:|---:|---|---:|---:|---|---|"]
+    lines += [f"| {t['env']} | {t['claim']} | {t['paper_runs']} | {_fmt(t['paper_difference'])} | "
+              f"{t['paper_verdict']} | {t['ours_runs']} | {_fmt(t['ours_difference'])} | {t['ours_verdict']} | "
+              f"{t['same_verdict']} |" for t in table]
+    if not table:
+        lines.append("| - | no claim in these runs | | | | | | | |")
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
@@ -635,7 +701,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
         log: called with one line per phase (the CLI prints them), so a long analysis says what it does.
 
     Returns:
-        Paths by kind: claims_csv, claims_md, aggregate_csv, aggregate_md, notes_csv, notes_md, and (when an
+        Paths by kind: claims_csv, claims_md, protocols_csv, protocols_md, aggregate_csv, aggregate_md, notes_csv, notes_md, and (when an
         env could be normalized) aggregate_png, aggregate_svg.
     """
     say = log or (lambda line: None)
@@ -648,10 +714,11 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     if random is None:
         random = random_returns(curves, out_dir / "random_returns.json", log=say)
     norm, info = normalize(scores, random)
-    say(f"analysis: claim table (Holm per env, TOST, {len(WINDOWS)} final-score windows, {n_resamples} bootstrap "
+    say(f"analysis: claim table (Holm per env and protocol, TOST, {len(WINDOWS)} final-score windows, {n_resamples} bootstrap "
         f"resamples)")
     rows = claim_table(scores, n_resamples, margins_of(info), window_scores(curves, last_fraction))
     paths["claims_csv"], paths["claims_md"] = write_claims(rows, out_dir, f"{prefix}claims")
+    paths["protocols_csv"], paths["protocols_md"] = write_protocol_comparison(rows, out_dir, f"{prefix}protocols")
     say("analysis: aggregates across envs")
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")

@@ -382,12 +382,50 @@ def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_kno
     assert share["verdict"] == A.HOLDS and share["fragile"] and "AUC: equivalent" in share["verdicts_by_window"]
     raw = [rows[c]["welch_p"] for c in rows]
     np.testing.assert_allclose([rows[c]["welch_p_holm"] for c in rows], holm(raw))
-    assert all(r["family"] == "e: 3 claims" for r in rows.values())
+    assert all(r["family"] == "e (ours): 3 claims" and r["protocol"] == "ours" for r in rows.values())
     assert all(np.isnan(r["seeds_for_power"]) for r in rows.values())  # decided rows need no more seeds
     few = [_curve("f", lab, s, [v] * 10) for s, (a, b) in enumerate(((1.0, 0.0), (0.0, 0.4), (2.0, 0.5)), 1)
            for lab, v in (("ddqn_super_quantile", a), ("ddqn", b))]
     (row,) = A.claim_table(A.scores_by_configuration(few), 500)
     assert row["verdict"] == A.INCONCLUSIVE and 3 < row["seeds_for_power"] < 1000
+
+
+def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_verdicts(tmp_path: Path) -> None:
+    """Both protocols in one results tree: the paper protocol's claims are adjusted among themselves, so adding them
+    leaves our protocol's adjusted p and verdicts exactly as without them; the comparison table puts each claim's
+    two verdicts side by side (paper: SUPER far ahead, holds; ours: SUPER level, inconclusive -> 'no'), and a claim
+    one protocol lacks shows '-'."""
+    rng = np.random.default_rng(0)
+    ours, paper = [], []
+    for s in range(1, 6):
+        ours += [_curve("e", "ddqn_super_quantile", s, [50 + rng.normal(0, 5)] * 10),
+                 _curve("e", "ddqn", s, [48 + rng.normal(0, 5)] * 10),
+                 _curve("e", "ddqn_ps", s, [49 + rng.normal(0, 5)] * 10)]
+        paper += [_curve("e", "ddqn_super_quantile (paper)", s, [100 + s] * 10),
+                  _curve("e", "ddqn (paper)", s, [s] * 10)]
+    alone = {r["claim"]: r for r in A.claim_table(A.scores_by_configuration(ours), 300)}
+    both_rows = A.claim_table(A.scores_by_configuration(ours + paper), 300)
+    both = {r["claim"]: r for r in both_rows}
+    assert [r["protocol"] for r in both_rows] == ["paper", "ours", "ours"]  # the paper protocol's first
+    for claim, r in alone.items():
+        assert both[claim]["welch_p_holm"] == pytest.approx(r["welch_p_holm"], rel=1e-12)
+        assert both[claim]["verdict"] == r["verdict"] and both[claim]["family"] == "e (ours): 2 claims"
+    mine = both["SUPER-quantile - no sharing (paper)"]
+    assert mine["family"] == "e (paper): 1 claims" and mine["welch_p_holm"] == pytest.approx(mine["welch_p"])
+    assert mine["verdict"] == A.HOLDS
+    table = {t["claim"]: t for t in A.protocol_comparison(both_rows)}
+    assert list(table) == ["SUPER-quantile - no sharing", "SUPER-quantile - parameter sharing"]
+    row = table["SUPER-quantile - no sharing"]
+    assert (row["paper_verdict"], row["ours_verdict"], row["paper_runs"]) == (A.HOLDS, A.INCONCLUSIVE, "5 vs 5")
+    assert row["same_verdict"] == "no" and row["paper_difference"] == pytest.approx(100.0)
+    lacking = table["SUPER-quantile - parameter sharing"]
+    assert (lacking["paper_verdict"], lacking["same_verdict"]) == ("-", "-") and np.isnan(lacking["paper_difference"])
+    paper_gaussian = dict(both_rows[0], claim="SUPER-gaussian_variance - no sharing (paper)")  # the original's
+    ours_gaussian = dict(both_rows[1], claim="SUPER-gaussian - no sharing")
+    (met,) = A.protocol_comparison([paper_gaussian, ours_gaussian])  # the paper's gaussian meets ours
+    assert met["claim"] == "SUPER-gaussian - no sharing" and "-" not in (met["paper_runs"], met["ours_runs"])
+    _, md = A.write_protocol_comparison(both_rows, tmp_path)
+    assert "| e | SUPER-quantile - no sharing | 5 vs 5 | 100.00 | holds | 5 vs 5 |" in md.read_text()
 
 
 def test_marl_eval_export_keeps_steps_in_order_and_warns_of_uneven_seeds(tmp_path: Path) -> None:

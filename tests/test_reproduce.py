@@ -130,7 +130,8 @@ def test_tiny_reproduction_draws_the_figure_and_tables_and_resumes(tmp_path: Pat
         assert cfg["run"]["protocol"] == "paper"
         assert json.loads((out / f / "manifest.json").read_text())["status"] == "finished"
     figs = out / "figures"
-    for name in ("fig1.png", "fig1.svg", "fig1_final.md", "fig1_claims.md", "fig1_claims.csv", "fig1_aggregate.md",
+    for name in ("fig1.png", "fig1.svg", "fig1_final.md", "fig1_claims.md", "fig1_claims.csv", "fig1_protocols.md",
+                 "fig1_aggregate.md",
                  "fig1_marl_eval.json", "random_returns.json"):
         assert (figs / name).stat().st_size > 0, name
     # 200 steps rarely beat a random team: then the aggregate table says so instead of a normalized figure

@@ -22,7 +22,7 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir()) if FIG1.is_dir() else []
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES  # noqa: E402
-from fig1_tables import markdown  # noqa: E402
+from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown  # noqa: E402
 
 DIRTY_GRID_FILE = ("battle__ddqn_super_gaussian__s[123]", "adversarial_pursuit__ddqn_super_gaussian__s[123]")
 """Runs whose manifests may say ``<commit>-dirty``: session 16 ran them in the worktree pinned at the campaign's
@@ -60,18 +60,71 @@ def test_plot_redraws_the_figure_and_table_from_the_records(tmp_path: Path) -> N
     assert sum(int(r["runs"]) for r in table) == len(RUNS)  # every record lands in exactly one table row
 
 
+def test_plot_protocol_keeps_one_protocols_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``plot --protocol paper`` draws the paper protocol's records only, ``ours`` the others, together every record
+    once; a protocol that is not one is refused in one line naming the flag."""
+    from suPER import plotting
+
+    counted = {}
+    for protocol in ("paper", "ours"):
+        assert cli.main(["plot", str(FIG1), "--protocol", protocol, "--out", str(tmp_path / protocol)]) == 0
+        table = list(csv.DictReader((tmp_path / protocol / "final_performance.csv").open()))
+        assert table and all(plotting.is_paper(r["configuration"]) == (protocol == "paper") for r in table)
+        counted[protocol] = sum(int(r["runs"]) for r in table)
+    assert counted["paper"] + counted["ours"] == len(RUNS)
+    capsys.readouterr()
+    assert cli.main(["plot", str(FIG1), "--protocol", "both", "--out", str(tmp_path / "both")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --protocol: expected ours or paper, got 'both'"
+    assert not (tmp_path / "both").exists()
+
+
+def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> None:
+    """``scripts/run_costs.py`` on the records: a row per env and protocol of the never-resumed finished runs, and
+    its full-budget hours are the paper's budget at the row's rates."""
+    from run_costs import full_budget_h, run_cost, table
+
+    from suPER.resolve import resolve
+
+    costs = [c for c in map(run_cost, RUNS) if c is not None]
+    text = table(FIG1)
+    for env, protocol in {(c["env"], c["protocol"]) for c in costs}:
+        assert any(line.startswith(f"| {env} | {protocol} |") for line in text.splitlines()), (env, protocol)
+    run = resolve("battle").run
+    episodes = (run.eval_points + 1) * run.eval_episodes + run.final_games
+    assert full_budget_h("battle", 0.02, 1.0) == pytest.approx((run.num_timesteps * 0.02 + episodes) / 3600)
+
+
 CLAIM_CELLS = 12
 """cells of a claim-table row (a final-score row has one per configuration plus the env)"""
 
 
+COMPARISON_CELLS = 9
+"""cells of a row of the protocol comparison (env, claim, then runs, difference and verdict per protocol, same)"""
+
+
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
-    """Markdown table rows by key: a final-score row by its env cell, a claim row by (env, SUPER rule, baseline)."""
+    """Markdown table rows by key: a final-score row by its env cell, a final-games row by its configuration, a
+    claim row by (env, SUPER rule, baseline), a comparison row by (env, claim)."""
     rows = {}
+    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2}
     for line in text.splitlines():
-        if line.startswith("| ") and not line.startswith(("| env |", "|---")):
+        if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[tuple(cells[:3]) if len(cells) == CLAIM_CELLS else (cells[0],)] = cells
+            rows[tuple(cells[:width.get(len(cells), 1)])] = cells
     return rows
+
+
+def _section(text: str, start: str, end: str) -> str:
+    """The part of ``text`` from the heading ``start`` to the next heading ``end`` (both must be there)."""
+    first = text.index(start)
+    return text[first:text.index(end, first)]
+
+
+def _assert_same_tables(doc_text: str, computed_text: str) -> None:
+    doc, computed = _rows(doc_text), _rows(computed_text)
+    assert sorted(doc) == sorted(computed)
+    for key, cells in computed.items():
+        assert len(doc[key]) == len(cells) and all(map(_same_cell, doc[key], cells)), (doc[key], cells)
 
 
 def _same_cell(doc: str, computed: str) -> bool:
@@ -85,19 +138,22 @@ def _same_cell(doc: str, computed: str) -> bool:
 
 
 def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
-    """docs/results.md's per-seed final scores and claim table are what ``scripts/fig1_tables.py`` computes from
-    the committed records: every row there, and no row of the doc's tables that the records do not give."""
+    """docs/results.md's Figure 1 tables are what ``scripts/fig1_tables.py`` computes from the committed records:
+    each protocol's per-seed final scores and claim table, the paper protocol's battle final games, and the
+    verdicts of both protocols side by side; every row there, and no row of the doc's tables that the records do
+    not give."""
     from suPER import plotting
 
     text = (ROOT / "docs" / "results.md").read_text()
-    section = text[text.index("#### Results", text.index("## Figure 1: SUPER against the baselines")):]
-    section = section[:section.index("#### Honest notes")]
-    ours = [c for c in plotting.load_run_curves(plotting.find_run_folders([FIG1])) if not plotting.is_paper(c.label)]
-    computed = _rows(markdown(ours))  # the section of our protocol's runs
-    doc = _rows(section)
-    assert sorted(doc) == sorted(computed)
-    for key, cells in computed.items():
-        assert len(doc[key]) == len(cells) and all(map(_same_cell, doc[key], cells)), (doc[key], cells)
+    figure1 = _section(text, "## Figure 1: SUPER against the baselines", "\n## ")
+    curves = plotting.load_run_curves(plotting.find_run_folders([FIG1]))
+    ours = [c for c in curves if not plotting.is_paper(c.label)]
+    paper = [c for c in curves if plotting.is_paper(c.label)]
+    _assert_same_tables(_section(figure1, "#### Results (", "#### Honest notes"), markdown(ours))
+    _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
+                        markdown(paper, PAPER_CONFIGURATIONS) + "\n\n" + final_games(FIG1, PAPER_CONFIGURATIONS))
+    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Under the paper's protocol"),
+                        comparison(curves))
 
 
 def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:

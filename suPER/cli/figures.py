@@ -126,6 +126,8 @@ def plot(
     entity: Annotated[str | None, typer.Option(help="W&B entity of --from-wandb")] = None,
     group: Annotated[str | None, typer.Option(help="only W&B runs of this group (--from-wandb)")] = None,
     config: ConfigOpt = None,
+    protocol: Annotated[str | None, typer.Option(help="only runs of this protocol: paper (the original's behaviour) "
+                                                      "or ours (this suite's defaults); default both")] = None,
     name: NameOpt = None,
     analysis: Annotated[bool, typer.Option("--analysis", help="also the claim table and the aggregates across "
                                                               "envs (normalized IQM, performance profiles, "
@@ -149,6 +151,8 @@ def plot(
     """
     from suPER import plotting
 
+    if protocol is not None and protocol not in C.PROTOCOLS:
+        raise UserError(f"--protocol: expected {' or '.join(C.PROTOCOLS)}, got {protocol!r}")
     if marl_eval is not None:
         _check_output_file(marl_eval, "--marl-eval")
     if wandb and wandb_mode not in ("offline", "online"):
@@ -189,6 +193,12 @@ def plot(
         if any(ch in figure_title for ch in "\n\r\t\0"):
             raise UserError(f"--title: expected one line of text, got {figure_title!r}")
         title = figure_title
+    if protocol is not None:
+        kept = [c for c in curves if plotting.is_paper(c.label) == (protocol == "paper")]
+        if curves and not kept:
+            raise UserError(f"--protocol: expected a protocol with runs under {source}, got {protocol!r} (all "
+                            f"{len(curves)} runs are {'paper' if protocol == 'ours' else 'ours'})")
+        curves = kept
     _report(curves, skipped, target, metric, smooth, last_fraction, title, config, name, source)
     if analysis or marl_eval:
         _analysis(plotting.select_configurations(curves, config or []), target, last_fraction, name, analysis, marl_eval)
