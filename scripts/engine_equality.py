@@ -52,7 +52,7 @@ TIMING = ("time", "throughput", "wall", "per_s", "sps", "seconds")
 
 HASH_SEED = "0"
 """``PYTHONHASHSEED`` of the recorded runs (unless the caller set one): an RLlib run depends on the string hash
-seed (a set of module ids is iterated somewhere in building or training it), so two recordings with the random
+seed (RLlib's connectors iterate sets of agent ids; docs/rllib.md, defect 11), so two recordings with the random
 default differ even on one checkout; the native trainers do not depend on it."""
 
 

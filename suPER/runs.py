@@ -627,6 +627,9 @@ def new_manifest(seed: int, argv: list[str] | None = None, extra: Mapping[str, A
         **cpu_info(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
+        # Python's string hash seed: iteration over a set of strings follows it, and RLlib's connectors iterate
+        # sets of agent ids, so an RLlib run repeats only under the same value ("random" when unset)
+        "python_hash_seed": os.environ.get("PYTHONHASHSEED") or "random",
         "command": argv if argv is not None else sys.argv,
         "git_commit": git_commit(),
         "packages": package_versions(),

@@ -174,7 +174,9 @@ def build_config(cfg: ExperimentConfig) -> Any:
     else:
         from suPER.core.trainers import module_per_agent
 
-        policies, mapping, batch = set(spec.learner_ids), module_per_agent, d.batch_size
+        # a list, not a set: RLlib builds the modules in this order, and a set's order of strings follows
+        # PYTHONHASHSEED, so each module's initial weights (drawn in turn from one generator) would too
+        policies, mapping, batch = list(spec.learner_ids), module_per_agent, d.batch_size
     gpu = resolve_device(run.device).type == "cuda"
     config = (
         suPERDQNConfig()

@@ -218,7 +218,10 @@ class suPERDQNConfig(DQNConfig):  # noqa: N801 - name fixed by the paper's READM
         finally:
             env.close()
         if agents:
-            self.multi_agent(policies={module_per_agent(a) for a in agents}, policy_mapping_fn=module_per_agent)
+            # in the env's agent order (a set's order of strings would follow PYTHONHASHSEED; RLlib builds and
+            # initialises the modules in this order)
+            self.multi_agent(policies=list(dict.fromkeys(map(module_per_agent, agents))),
+                             policy_mapping_fn=module_per_agent)
 
 
 class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README

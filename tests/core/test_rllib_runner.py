@@ -152,3 +152,34 @@ def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
         np.testing.assert_allclose(prio[0], expected, rtol=1e-12)
     else:
         np.testing.assert_array_equal(prio[0], np.ones(p.n_relayed))
+
+
+def test_module_weights_do_not_depend_on_the_string_hash_seed(tmp_path: Path) -> None:
+    """RLlib builds the modules in the order of the ``policies`` it is given, each drawing its initial weights in
+    turn from torch's generator: given as a set, that order (and so which agent got which weights) followed
+    PYTHONHASHSEED. Two real ``train --backend rllib`` processes with different hash seeds and no update (learning
+    starts after the budget) end with the same weights in every module, and record their hash seed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from engine_equality import tensor_hashes
+
+    sets = [f"{k}={v}" for k, v in TINY_ENV["pursuit"].items()]
+    hashes = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / hash_seed
+        args = ["train", "--env", "pursuit", "--backend", "rllib", "--super", "--num-timesteps", "40",
+                "--eval-interval", "40", "--eval-episodes", "1", "--no-progress", "--no-wandb", "--out", str(out),
+                "--set", "dqn.learning_starts=1000", "--set", "env.horizon=10", "--set", "dqn.hiddens=16",
+                *(a for s in sets for a in ("--set", s))]
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "RAY_AUTH_MODE": "disabled"}
+        res = subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        (run,) = [p for p in out.iterdir() if (p / "manifest.json").is_file()]
+        assert json.loads((run / "manifest.json").read_text())["python_hash_seed"] == hash_seed
+        hashes.append(tensor_hashes(run))
+    assert len(hashes[0]) > 3 * 4 and hashes[0] == hashes[1]  # 3 modules, each several tensors
