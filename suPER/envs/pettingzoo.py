@@ -17,9 +17,12 @@ read from the env's own spaces:
 Agents that die or appear (death semantics as in ``suPER.envs.magent``): a learner acts while it is listed in the
 env's ``agents``. In the step it leaves, it reports its last observation, its reward and ``terminated_N`` (or
 ``truncated_N`` if the env truncated it); from the next step on ``alive_N`` is False, its observation rows are
-zeros, its reward 0 and its action is never sent. A learner that joins ``agents`` later reports ``alive_N`` True
-from the step it joined, with its first observation. The episode is over when the env lists no agent, or at
-``horizon`` env steps (every learner still in the game truncated).
+zeros, its reward 0 and its action is never sent. A learner absent at reset (in ``possible_agents``, not in
+``agents``) has zero rows and ``alive_N`` False (the adapter's ``alive_N`` after ``reset``, which the trainers and
+the evaluation read), so it stores no transition and counts no reward before it joins. A learner that joins
+``agents`` reports ``alive_N`` True from the step it joined, with its first observation, and acts from the next
+step (a reward the env gives it in the step it joins follows no action of its and is not counted). The episode is
+over when the env lists no agent, or at ``horizon`` env steps (every learner still in the game truncated).
 """
 
 from __future__ import annotations
@@ -162,7 +165,8 @@ class PettingzooEnv:
             seed: reseeds the env when not None; None continues its current random stream.
 
         Returns:
-            float32 [N, *obs_shape]: every learner's observation (zeros for one not in the game yet).
+            float32 [N, *obs_shape]: every learner's observation (zeros for one not in the game yet, whose
+            ``alive_N`` is False).
         """
         obs, _ = self.library_env.reset(seed=seed)
         self._t = 0
@@ -171,6 +175,11 @@ class PettingzooEnv:
         listed = set(self.library_env.agents)
         self._alive_N[:] = [a in listed for a in self.spec.learner_ids]
         return self._obs_NO.copy()
+
+    @property
+    def alive_N(self) -> np.ndarray:
+        """bool [N]: the learners listed in the env's ``agents`` now (at reset, those that start the episode)."""
+        return self._alive_N.copy()
 
     def step(self, actions_N: np.ndarray) -> StepResult:
         """Advance one env step with one action per learner (entries of learners not in the game are ignored).
