@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when tr
     from suPER.loop import ProgressFn, RunRecord
 
 
-def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
+def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...], obs_scale: float = 1.0) -> dict[str, Any]:
     """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
 
     RLlib's ``DefaultModelConfig`` fields are kept at their defaults (nothing reads them for this module,
@@ -59,6 +59,7 @@ def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> d
         body: ``conv`` or ``mlp`` (``dqn.model``).
         hiddens: ``dqn.hiddens``.
         obs_shape: one observation (H, W, C) as the env adapter gives it.
+        obs_scale: the env's ``EnvSpec.obs_scale`` (the encoder's input factor).
 
     Returns:
         the model config dict.
@@ -66,7 +67,7 @@ def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> d
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     return {**dataclasses.asdict(DefaultModelConfig()), "paper_body": body, "paper_hiddens": int(hiddens),
-            "paper_obs_shape": [int(s) for s in obs_shape]}
+            "paper_obs_shape": [int(s) for s in obs_shape], "paper_obs_scale": float(obs_scale)}
 
 
 def _rllib_env_class() -> type:
@@ -175,7 +176,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     probe.close()
     env_seed, _ = env_seeds(cfg)
     body = resolve_body(d.model, tuple(spec.obs_shape))
-    model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape))
+    model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape), spec.obs_scale)
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)

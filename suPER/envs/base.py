@@ -40,6 +40,10 @@ class EnvSpec:
     """observations are grids of few distinct cell vectors (agent counts, presence and HP): the compact replay may
     store each cell as a uint16 code (``suPER.replay.compact.CellCodec``). False for observations of continuous
     values, whose distinct vectors would overflow its 65,536 codes mid-run"""
+    obs_scale: float = 1.0
+    """factor the Q-network multiplies an observation by before its first layer: 1 / 255 for uint8 images (their
+    0..255 read as 0..1, as CleanRL's Atari networks divide by 255), 1.0 (no multiply) for every other env. The
+    replay keeps the env's own values (``obs_dtype``, lossless), so the scale is the network's"""
 
     @property
     def n_agents(self) -> int:

@@ -85,7 +85,7 @@ class DQNRun:
         spec = loop.spec
         n_agents, n_pol = spec.n_agents, 1 if d.parameter_sharing else spec.n_agents
         init_net = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
-                               hiddens=d.hiddens)
+                               hiddens=d.hiddens, obs_scale=spec.obs_scale)
         if d.init_from:  # warm start (population best responses): the team file's networks, learner p = file agent p
             init_net.load_state_dict(load_init_team(d.init_from, init_net))
         rng = np.random.default_rng(seed + EXPLORATION_SEED_OFFSET)

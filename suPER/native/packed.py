@@ -162,7 +162,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     T = d0.rollout_fragment_length
 
     # ---- the pack's networks: run r's policies are slots r*P .. r*P+P-1
-    q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens)
+    q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens,
+                       obs_scale=spec.obs_scale)
     for r, run in enumerate(runs):
         q_net.load_run_state_dict(r, run.init_net.state_dict())
     q_net = q_net.to(device)
