@@ -187,7 +187,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         net.load_state_dict(state["net"])
         optimizer.load_state_dict(state["optimizer"])
     obs_ENO = np.stack(loop.reset_envs())
-    alive_EN = np.ones((E, N), dtype=bool)
+    alive_EN = np.stack([env.alive_N for env in loop.envs])
     episode_return_E = np.zeros(E)
     if state is None:
         loop.evaluate(policy_act)
@@ -218,7 +218,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                     if res.episode_over:
                         loop.episode_finished(episode_return_E[e])
                         episode_return_E[e] = 0.0
-                        obs_ENO[e], alive_EN[e] = env.reset(), True
+                        obs_ENO[e], alive_EN[e] = env.reset(), env.alive_N
                     else:
                         obs_ENO[e], alive_EN[e] = res.obs_NO, res.alive_N
             # ---- record

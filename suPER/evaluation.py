@@ -94,7 +94,9 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
 
     A ``MultiAgentEnv`` plays them one at a time (``act`` sees E = 1); a ``BatchedMultiAgentEnv`` plays
     them in waves of up to ``num_games`` games (all games of a wave start together and the wave lasts
-    until its longest episode ends; finished games' actions are ignored).
+    until its longest episode ends; finished games' actions are ignored). A learner's rewards count while it is
+    in the game: from the env's alive mask after the reset (``alive_N`` / ``alive_EN``: one that joins later
+    counts from the step it joins), then as each step returns it.
 
     Args:
         env: the env, or a batch of E games.
@@ -112,7 +114,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
     if not hasattr(env, "num_games"):
         for j, seed in enumerate(seeds):
             obs_NO = env.reset(seed=None if seed is None else int(seed))  # type: ignore[call-arg]
-            alive_N = np.ones(n, dtype=bool)
+            alive_N = env.alive_N  # type: ignore[union-attr]  # a learner that joins later counts from then
             if on_reset is not None:
                 on_reset(1)
             while True:
@@ -135,7 +137,7 @@ def play_episodes(env: MultiAgentEnv | BatchedMultiAgentEnv, act: BatchActFn, se
         w = len(wave)
         obs_ENO = env.reset(wave, games=list(range(w)))  # type: ignore[call-arg]
         alive_EN = np.zeros((e, n), dtype=bool)
-        alive_EN[:w] = True
+        alive_EN[:w] = _numpy(env.alive_EN)[:w]  # type: ignore[union-attr]  # joiners count from when they join
         playing_W = np.ones(w, dtype=bool)
         rows = slice(start, start + w)
         if on_reset is not None:

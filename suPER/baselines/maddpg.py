@@ -144,7 +144,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         loop.evaluate(greedy)  # step 0: the untrained greedy policy
         loop.save(trainer_state())
     env = loop.envs[0]
-    alive_N = np.ones(N, dtype=bool)
+    alive_N = env.alive_N
     ep_return = 0.0
 
     def extra() -> dict[str, Any]:
@@ -175,7 +175,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         if res.episode_over:
             loop.episode_finished(ep_return)
             ep_return = 0.0
-            obs_NO, alive_N = env.reset().reshape(N, OBS), np.ones(N, dtype=bool)
+            obs_NO, alive_N = env.reset().reshape(N, OBS), env.alive_N
         else:
             obs_NO, alive_N = next_obs_NO, res.alive_N
         due = loop.tick(1)

@@ -181,7 +181,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         loop.evaluate(greedy, on_reset=eval_reset)  # step 0: the untrained greedy policy
         loop.save(trainer_state())
     env = loop.envs[0]
-    alive_N = np.ones(N, dtype=bool)
+    alive_N = env.alive_N
     h_1NH = torch.zeros(1, N, q.rnn_hidden, device=device)
     t = 0
 
@@ -219,7 +219,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                 loop.episode_finished(float(episode["reward"][:t].sum()))
                 for v in episode.values():
                     v[...] = 0
-            obs_NO, alive_N, t = env.reset().reshape(N, OBS), np.ones(N, dtype=bool), 0
+            obs_NO, alive_N, t = env.reset().reshape(N, OBS), env.alive_N, 0
             h_1NH = torch.zeros(1, N, q.rnn_hidden, device=device)
 
             # learn: gradient steps on uniformly sampled whole episodes

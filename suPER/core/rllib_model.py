@@ -23,7 +23,8 @@ Parameter names are ReferenceQNet's under three prefixes (``encoder.``, ``af.`` 
 Model config keys (besides DQN's auto-included ``dueling``, ``double_q``, ``epsilon``, ``num_atoms``):
 ``paper_body`` ("conv" | "mlp"), ``paper_hiddens`` (int), ``paper_obs_shape`` (H, W, C) -- optional when
 the observation space is already (H, W, C); needed for flattened mlp observations only to name the
-shape (the mlp body flattens in HWC order either way).
+shape (the mlp body flattens in HWC order either way) -- and ``paper_obs_scale`` (``EnvSpec.obs_scale``, the
+factor the encoder applies to observations first; 1.0 when absent, as in modules saved before it existed).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
-from suPER.models.qnet import ReferenceQNet
+from suPER.models.qnet import ReferenceQNet, scale_obs
 
 REFERENCE_PREFIXES = (("advantage_module.", "af."), ("value_module.", "vf."))
 """ReferenceQNet name prefix -> RLModule prefix; every other ReferenceQNet parameter lives under ``encoder.``."""
@@ -57,6 +58,7 @@ class PaperEncoder(nn.Module):
         super().__init__()
         self.body = net.body
         self.obs_shape = net.obs_shape
+        self.obs_scale = net.obs_scale
         if net.body == "conv":
             self.model = net.model
             self.policy_fn = net.policy_fn
@@ -67,12 +69,12 @@ class PaperEncoder(nn.Module):
         """Body output.
 
         Args:
-            batch: RLlib batch with ``obs`` float ``[B, H, W, C]`` (or ``[B, H*W*C]`` for the mlp body).
+            batch: RLlib batch with ``obs`` float ``[B, H, W, C]`` (or ``[B, H*W*C]`` for the mlp body), unscaled.
 
         Returns:
             ``{ENCODER_OUT: [B, body_out]}``.
         """
-        obs = batch[Columns.OBS].float()
+        obs = scale_obs(batch[Columns.OBS].float(), self.obs_scale)
         if self.body == "conv":
             x = obs.reshape(-1, *self.obs_shape).permute(0, 3, 1, 2)  # NHWC -> NCHW, as ReferenceQNet
             return {ENCODER_OUT: self.policy_fn(self.model(x))}
@@ -120,9 +122,9 @@ class PaperDQNTorchRLModule(DefaultDQNTorchRLModule):
         body = mc.get("paper_body", "conv")
         hiddens = int(mc.get("paper_hiddens", 256))
         net = ReferenceQNet(_obs_shape(self.observation_space, mc, body), int(self.action_space.n), body=body,
-                            dueling=self.uses_dueling, hiddens=hiddens)
+                            dueling=self.uses_dueling, hiddens=hiddens, obs_scale=float(mc.get("paper_obs_scale", 1.0)))
         self.paper_config = {"obs_shape": net.obs_shape, "n_actions": net.n_actions, "body": net.body,
-                             "dueling": net.dueling, "hiddens": net.hiddens}
+                             "dueling": net.dueling, "hiddens": net.hiddens, "obs_scale": net.obs_scale}
         self.encoder = PaperEncoder(net)
         self.af = net.advantage_module
         if self.uses_dueling:
@@ -206,7 +208,8 @@ def to_reference(module: PaperDQNTorchRLModule, target: bool = False) -> Referen
         a new ReferenceQNet on the module's device.
     """
     c = module.paper_config
-    net = ReferenceQNet(c["obs_shape"], c["n_actions"], body=c["body"], dueling=c["dueling"], hiddens=c["hiddens"])
+    net = ReferenceQNet(c["obs_shape"], c["n_actions"], body=c["body"], dueling=c["dueling"], hiddens=c["hiddens"],
+                        obs_scale=c.get("obs_scale", 1.0))
     params = dict(module.named_parameters())
     net.load_state_dict({n: params[reference_to_module_name(n, target)].detach().clone()
                          for n in net.state_dict()})

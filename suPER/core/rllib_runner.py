@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # suPER.loop imports torch; this module loads it only when tr
     from suPER.loop import ProgressFn, RunRecord
 
 
-def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> dict[str, Any]:
+def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...], obs_scale: float = 1.0) -> dict[str, Any]:
     """``model_config`` of ``PaperDQNTorchRLModule`` (DQN adds dueling, double_q, epsilon, num_atoms).
 
     RLlib's ``DefaultModelConfig`` fields are kept at their defaults (nothing reads them for this module,
@@ -59,6 +59,7 @@ def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> d
         body: ``conv`` or ``mlp`` (``dqn.model``).
         hiddens: ``dqn.hiddens``.
         obs_shape: one observation (H, W, C) as the env adapter gives it.
+        obs_scale: the env's ``EnvSpec.obs_scale`` (the encoder's input factor).
 
     Returns:
         the model config dict.
@@ -66,7 +67,7 @@ def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...]) -> d
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     return {**dataclasses.asdict(DefaultModelConfig()), "paper_body": body, "paper_hiddens": int(hiddens),
-            "paper_obs_shape": [int(s) for s in obs_shape]}
+            "paper_obs_shape": [int(s) for s in obs_shape], "paper_obs_scale": float(obs_scale)}
 
 
 def _rllib_env_class() -> type:
@@ -78,9 +79,11 @@ def _rllib_env_class() -> type:
         """One of our env adapters (learners only) with RLlib's dict-per-agent interface.
 
         env_config: ``env`` (EnvConfig as a dict), ``seed`` (first reset and opponent seed), ``flatten``
-        (flat observations for the mlp body). A learner that dies appears once more with its last
-        observation and ``terminated=True``, then leaves the dicts; horizon cuts are ``truncated``
-        (or ``terminated`` with ``env.truncation_is_terminal``).
+        (flat observations for the mlp body). A learner appears from its first observation: at reset if it starts
+        the episode (the adapter's ``alive_N``), else in the step it joins. A learner that dies appears once more
+        with its last observation and ``terminated=True``, then leaves the dicts for the rest of the episode
+        (RLlib refuses data for an agent that is done); horizon cuts are ``truncated`` (or ``terminated`` with
+        ``env.truncation_is_terminal``).
         """
 
         def __init__(self, config: dict[str, Any] | None = None) -> None:
@@ -100,6 +103,8 @@ def _rllib_env_class() -> type:
             self.observation_spaces = {a: box for a in self.possible_agents}
             self.action_spaces = {a: gym.spaces.Discrete(spec.n_actions) for a in self.possible_agents}
             self._acting_N = np.ones(len(self.possible_agents), dtype=bool)
+            self._left_N = np.zeros(len(self.possible_agents), dtype=bool)
+            """learners that left this episode (RLlib's episode is done for them)"""
 
         def _obs(self, obs_NO: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
             return {self.possible_agents[i]: obs_NO[i].reshape(-1) if self._flatten else obs_NO[i] for i in rows}
@@ -108,9 +113,11 @@ def _rllib_env_class() -> type:
             # seeded once, like the native trainer (RLlib's own per-reset seeds are not used)
             obs_NO = self._env.reset(seed=None if self._seeded else self._seed)
             self._seeded = True
-            self._acting_N[:] = True
-            self.agents = list(self.possible_agents)
-            return self._obs(obs_NO, np.arange(len(self.possible_agents))), {}
+            self._acting_N[:] = self._env.alive_N  # a learner that joins later has no observation yet
+            self._left_N[:] = False
+            rows = np.flatnonzero(self._acting_N)
+            self.agents = [self.possible_agents[i] for i in rows]
+            return self._obs(obs_NO, rows), {}
 
         def step(self, action_dict: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
             ids = self.possible_agents
@@ -125,14 +132,17 @@ def _rllib_env_class() -> type:
                     term, cut = True, False
                 terminated[ids[i]], truncated[ids[i]] = term, cut
             rewards = {ids[i]: float(res.reward_N[i]) for i in rows}
-            obs = self._obs(res.obs_NO, rows)
             if res.episode_over:
                 terminated["__all__"] = all(terminated.values())
                 truncated["__all__"] = not terminated["__all__"]
                 self._acting_N[:] = False
             else:
                 terminated["__all__"] = truncated["__all__"] = False
-                self._acting_N &= res.alive_N
+                self._left_N |= self._acting_N & ~res.alive_N
+                joined_N = res.alive_N & ~self._acting_N & ~self._left_N  # their first observation: no reward
+                self._acting_N = res.alive_N & ~self._left_N
+                rows = np.union1d(rows, np.flatnonzero(joined_N))
+            obs = self._obs(res.obs_NO, rows)
             # RLlib expects every agent in this step's dicts to be listed until the next step
             self.agents = [ids[i] for i in rows]
             return obs, rewards, terminated, truncated, {}
@@ -166,7 +176,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     probe.close()
     env_seed, _ = env_seeds(cfg)
     body = resolve_body(d.model, tuple(spec.obs_shape))
-    model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape))
+    model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape), spec.obs_scale)
     if d.parameter_sharing:
         team = spec.team
         policies, mapping = {team}, _SharedModule(team)

@@ -40,6 +40,10 @@ class EnvSpec:
     """observations are grids of few distinct cell vectors (agent counts, presence and HP): the compact replay may
     store each cell as a uint16 code (``suPER.replay.compact.CellCodec``). False for observations of continuous
     values, whose distinct vectors would overflow its 65,536 codes mid-run"""
+    obs_scale: float = 1.0
+    """factor the Q-network multiplies an observation by before its first layer: 1 / 255 for uint8 images (their
+    0..255 read as 0..1, as CleanRL's Atari networks divide by 255), 1.0 (no multiply) for every other env. The
+    replay keeps the env's own values (``obs_dtype``, lossless), so the scale is the network's"""
 
     @property
     def n_agents(self) -> int:
@@ -78,8 +82,20 @@ class MultiAgentEnv(Protocol):
 
     spec: EnvSpec
 
+    @property
+    def alive_N(self) -> np.ndarray:
+        """bool [N] (a copy): the learners in the game now. After ``reset``, those that start the episode; after a
+        step, that step's ``StepResult.alive_N``.
+
+        Why: a PettingZoo env may list fewer ``agents`` than ``possible_agents`` at reset (a learner that joins
+        later has no observation yet: its row of obs_NO is zeros). Callers read this after every reset instead
+        of taking every learner as alive, so such a learner stores no transition and counts no reward before it
+        joins. All True for pursuit and MAgent, whose learners all start in the game."""
+        ...
+
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """Start an episode; return float32 obs_NO. Only the first reset of a run passes a seed."""
+        """Start an episode; return float32 obs_NO (``alive_N`` says which learners start it). Only the first
+        reset of a run passes a seed."""
         ...
 
     def step(self, actions_N: np.ndarray) -> StepResult:
@@ -128,9 +144,16 @@ class BatchedMultiAgentEnv(Protocol):
     num_games: int
     """E"""
 
+    @property
+    def alive_EN(self) -> Any:
+        """bool [E, N] (a copy; numpy, or a tensor on the env's device as its step results): the learners in each
+        game now. For a game just reset, those that start its episode (``MultiAgentEnv.alive_N``: a learner
+        that joins later is False until it does); for the others, as the last step returned them."""
+        ...
+
     def reset(self, seeds: Sequence[int], games: Any = None) -> Any:
         """Start a new episode in ``games`` (int indices; all E when None), one seed each; return obs_ENO of
-        the whole batch (the other games' rows unchanged)."""
+        the whole batch (the other games' rows unchanged; ``alive_EN`` says which learners start)."""
         ...
 
     def step(self, actions_EN: Any) -> BatchStepResult:

@@ -76,6 +76,11 @@ class LockstepBatch:
         """True when the opponents of all games act in one ``act_batch`` call per step."""
         return self._batch_opponents
 
+    @property
+    def alive_EN(self) -> np.ndarray:
+        """bool [E, N]: game g's ``alive_N`` after its reset, else as its last step returned it."""
+        return self._alive_EN.copy()
+
     def reset(self, seeds: Sequence[int], games: Any = None) -> np.ndarray:
         """Start a new episode in ``games`` (all when None), game ``games[i]`` with ``seeds[i]``.
 
@@ -92,7 +97,7 @@ class LockstepBatch:
             raise ValueError(f"LockstepBatch.reset: expected {len(idx)} seeds, got {len(seeds)}")
         for g, s in zip(idx, seeds):
             self._obs_ENO[g] = self.games[g].reset(seed=s)
-            self._alive_EN[g] = True
+            self._alive_EN[g] = self.games[g].alive_N
             self._over_E[g] = False
         return self._obs_ENO
 

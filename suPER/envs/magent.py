@@ -199,6 +199,11 @@ class MAgentEnv:
         self._opp_alive_M[:] = [a in obs for a in self.spec.opponent_ids]
         return self._obs_NO.copy()
 
+    @property
+    def alive_N(self) -> np.ndarray:
+        """bool [N]: the learners not dead (all True after a reset: MAgent starts every agent)."""
+        return self._alive_N.copy()
+
     def opponent_view(self) -> tuple[np.ndarray, np.ndarray]:
         """What the opponent policy sees before the next step (for a batch that acts for many games at once).
 

@@ -12,14 +12,20 @@ read from the env's own spaces:
 - observations: every agent's space must be a ``Box`` of one rank; smaller ones are zero-padded at the high end
   of each axis to the element-wise largest shape (SuperSuit's ``pad_observations_v0``). Images ``(H, W, C)`` get
   the conv body under ``dqn.model: auto`` (this adapter's settings file), any other shape the MLP;
-- stored as uint8 when every space is uint8 or bool (images: lossless), else float32 (what the network reads).
+- stored as uint8 when every space is uint8 or bool (images: lossless), else float32 (what the network reads);
+- scaled in the network (``EnvSpec.obs_scale``, ``obs_scale``): by 1 / high when every space is an integer Box over
+  [0, high] with one finite high > 1 (uint8 images: 1 / 255, so the conv body reads 0..1, as CleanRL's Atari
+  networks do), else not at all (float observations are read as the env gives them).
 
 Agents that die or appear (death semantics as in ``suPER.envs.magent``): a learner acts while it is listed in the
 env's ``agents``. In the step it leaves, it reports its last observation, its reward and ``terminated_N`` (or
 ``truncated_N`` if the env truncated it); from the next step on ``alive_N`` is False, its observation rows are
-zeros, its reward 0 and its action is never sent. A learner that joins ``agents`` later reports ``alive_N`` True
-from the step it joined, with its first observation. The episode is over when the env lists no agent, or at
-``horizon`` env steps (every learner still in the game truncated).
+zeros, its reward 0 and its action is never sent. A learner absent at reset (in ``possible_agents``, not in
+``agents``) has zero rows and ``alive_N`` False (the adapter's ``alive_N`` after ``reset``, which the trainers and
+the evaluation read), so it stores no transition and counts no reward before it joins. A learner that joins
+``agents`` reports ``alive_N`` True from the step it joined, with its first observation, and acts from the next
+step (a reward the env gives it in the step it joins follows no action of its and is not counted). The episode is
+over when the env lists no agent, or at ``horizon`` env steps (every learner still in the game truncated).
 """
 
 from __future__ import annotations
@@ -34,6 +40,32 @@ from suPER.config import ConfigError, pettingzoo_entry_point
 from suPER.envs.base import EnvSpec, StepResult
 from suPER.envs.check import ANY_KWARG
 from suPER.envs.record import EnvRecord, UnusableEnvError, own_record
+
+
+def obs_scale(spaces: list[Any]) -> float:
+    """``EnvSpec.obs_scale`` for observations of these ``Box`` spaces: 1 / high when every space holds integers over
+    [0, high] with the same finite high > 1 in every element (uint8 images: 1 / 255), else 1.0.
+
+    Why only integer spaces: an integer Box over [0, high] is a raster or image of codes whose declared range is
+    the real one (uint8's 0..255), and its values reach a network unnormalised (a conv body's inputs and
+    initialisation assume order-1 values; CleanRL divides Atari frames by 255). A float space's bounds are often
+    loose or infinite (mpe2's are -inf..inf) and its values are already the env's chosen scale, so dividing by a
+    declared high would shrink them for no reason. One high for all elements and agents keeps the scale one
+    number; per-channel ranges (rare) are left unscaled rather than guessed.
+
+    Args:
+        spaces: every learner's observation space (gymnasium ``Box``).
+
+    Returns:
+        The factor the Q-network applies to an observation before its first layer.
+    """
+    highs: set[float] = set()
+    for space in spaces:
+        if not np.issubdtype(np.dtype(space.dtype), np.integer) or np.any(space.low != 0):
+            return 1.0
+        highs.update(np.unique(space.high).tolist())
+    high = highs.pop() if len(highs) == 1 else None
+    return 1.0 / float(high) if high is not None and 1 < high < np.inf else 1.0
 
 
 def _typed(name: str) -> str:
@@ -148,7 +180,7 @@ class PettingzooEnv:
         compact = all(np.dtype(env.observation_space(a).dtype) in (np.uint8, np.bool_) for a in agents)
         self.spec = EnvSpec(name=name, learner_ids=agents, opponent_ids=(), obs_shape=obs_shape,
                             obs_dtype=np.uint8 if compact else np.float32, n_actions=int(self._n_N.max()),
-                            team="agents")
+                            team="agents", obs_scale=obs_scale([env.observation_space(a) for a in agents]))
         self._slot = {a: (i, tuple(slice(0, d) for d in shapes[a])) for i, a in enumerate(agents)}
         self._obs_NO = np.zeros((len(agents), *obs_shape), dtype=np.float32)
         self._alive_N = np.zeros(len(agents), dtype=bool)
@@ -162,7 +194,8 @@ class PettingzooEnv:
             seed: reseeds the env when not None; None continues its current random stream.
 
         Returns:
-            float32 [N, *obs_shape]: every learner's observation (zeros for one not in the game yet).
+            float32 [N, *obs_shape]: every learner's observation (zeros for one not in the game yet, whose
+            ``alive_N`` is False).
         """
         obs, _ = self.library_env.reset(seed=seed)
         self._t = 0
@@ -171,6 +204,11 @@ class PettingzooEnv:
         listed = set(self.library_env.agents)
         self._alive_N[:] = [a in listed for a in self.spec.learner_ids]
         return self._obs_NO.copy()
+
+    @property
+    def alive_N(self) -> np.ndarray:
+        """bool [N]: the learners listed in the env's ``agents`` now (at reset, those that start the episode)."""
+        return self._alive_N.copy()
 
     def step(self, actions_N: np.ndarray) -> StepResult:
         """Advance one env step with one action per learner (entries of learners not in the game are ignored).

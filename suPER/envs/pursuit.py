@@ -191,8 +191,14 @@ class PursuitEnv:
         self._reward_acc_N = np.zeros(n, dtype=np.float64)
         self._t = 0
         self._over = True
+        self._terminal = False
 
     # ------------------------------------------------------------------------------------------
+
+    @property
+    def alive_N(self) -> np.ndarray:
+        """bool [N]: all True, but after the step that caught the last evader (pursuers never leave the game)."""
+        return np.full(self.spec.n_agents, not self._terminal)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Start an episode, as ``parallel_env.reset(seed=seed)`` does.
@@ -208,6 +214,7 @@ class PursuitEnv:
         self._game.reset()
         self._t = 0
         self._over = False
+        self._terminal = False
         return self._observe().copy()
 
     def step(self, actions_N: np.ndarray) -> StepResult:
@@ -238,6 +245,7 @@ class PursuitEnv:
         terminal = (not max_cut) and game.is_terminal
         cut = (max_cut or self._t >= self.horizon) and not terminal
         self._over = terminal or cut
+        self._terminal = terminal
         return StepResult(
             obs_NO=self._observe().copy(),
             reward_N=acc_N.astype(np.float32),

@@ -86,6 +86,8 @@ ENVS: dict[str, Any] = {}
 """registry key -> adapter class (registration order = listing order); filled by ``register``"""
 
 _ADAPTER_METHODS = ("reset", "step", "close", "constructor_kwargs")
+_ADAPTER_PROPERTIES = ("alive_N",)
+"""read on the class: an adapter computes them from its state (``MultiAgentEnv.alive_N`` after a reset)"""
 
 
 def snake_case(class_name: str) -> str:
@@ -138,7 +140,9 @@ def register(cls: type) -> type:
             f"a settings folder experiments/envs/{rec.name}/defaults.yaml (its envs are not names of their own)",
             rec.generic)
     missing = [m for m in _ADAPTER_METHODS if not callable(getattr(cls, m, None))]
-    require(not missing, "name", f"an adapter with {', '.join(_ADAPTER_METHODS)}", f"{cls.__name__} without "
+    missing += [m for m in _ADAPTER_PROPERTIES if not isinstance(getattr(cls, m, None), property)]
+    members = (*_ADAPTER_METHODS, *(f"property {m}" for m in _ADAPTER_PROPERTIES))
+    require(not missing, "name", f"an adapter with {', '.join(members)}", f"{cls.__name__} without "
             f"{', '.join(missing)}")
     require(isinstance(rec.sender_side_priorities, bool), "sender_side_priorities", "True or False",
             rec.sender_side_priorities)

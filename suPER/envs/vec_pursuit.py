@@ -288,6 +288,7 @@ class VecPursuitEnv:
         self._ev_alive_EM = torch.zeros(e, self.n_evaders, dtype=torch.bool, device=dev)
         self._t_E = torch.zeros(e, dtype=torch.int64, device=dev)
         self._over_E = torch.ones(e, dtype=torch.bool, device=dev)
+        self._alive_EN = torch.zeros(e, n, dtype=torch.bool, device=dev)
         self._games_E = torch.arange(e, device=dev)
         self._obs_ENO = torch.zeros(e, n, r, r, 3, dtype=torch.float32, device=dev)
         self._minus_plus_E2N = torch.cat([torch.full((e, n), -1.0, device=dev), torch.ones(e, n, device=dev)], 1)
@@ -296,6 +297,12 @@ class VecPursuitEnv:
         self._moved_IN = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
 
     # ------------------------------------------------------------------------------------------
+
+    @property
+    def alive_EN(self) -> torch.Tensor:
+        """bool [E, N] on the env's device: True for every pursuer of a game just reset (pursuers never leave a
+        game), else as the last step returned it."""
+        return self._alive_EN.clone()
 
     def reset(self, seeds: Sequence[int] | torch.Tensor, games: Any = None) -> torch.Tensor:
         """Start new episodes in ``games`` (all E when None), one seed each.
@@ -343,6 +350,7 @@ class VecPursuitEnv:
         self._ev_alive_EM[games_G] = True
         self._t_E[games_G] = 0
         self._over_E = self._over_E.index_fill(0, games_G, False)  # not in place: the last step returned it
+        self._alive_EN = self._alive_EN.index_fill(0, games_G, True)
         map_GF3 = torch.zeros(g, self._f, 3, dtype=torch.float32, device=dev)
         map_GF3[:, :, 0] = self._walls_F
         ones = torch.ones(1, dtype=torch.float32, device=dev)
@@ -471,12 +479,13 @@ class VecPursuitEnv:
 
         obs_ENO = self._observe(self._games_E, p1_EN, active_E)
         self._obs_ENO = obs_ENO
+        self._alive_EN = (active_E & ~term_E)[:, None].expand(e, n).clone()
         return BatchStepResult(
             obs_ENO=obs_ENO,
             reward_EN=acc_EN.to(torch.float32),
             terminated_EN=term_E[:, None].expand(e, n).clone(),
             truncated_EN=cut_E[:, None].expand(e, n).clone(),
-            alive_EN=(active_E & ~term_E)[:, None].expand(e, n).clone(),
+            alive_EN=self._alive_EN.clone(),
             episode_over_E=over_E,
             info={"all_agent_reward_E": acc_EN.sum(1), "evaders_left_E": left_E},
         )

@@ -45,15 +45,16 @@ class PackedQNet(BatchedQNet):
         body: ``"conv"``, ``"mlp"`` or ``"auto"`` (``suPER.models.qnet.resolve_body``).
         dueling: dueling heads.
         hiddens: head width.
+        obs_scale: factor applied to the observations before the first layer (``EnvSpec.obs_scale``).
     """
 
     def __init__(self, n_runs: int, n_policies_per_run: int, obs_shape: tuple[int, ...], n_actions: int,
-                 body: BodyChoice = "conv", dueling: bool = True, hiddens: int = 256) -> None:
+                 body: BodyChoice = "conv", dueling: bool = True, hiddens: int = 256, obs_scale: float = 1.0) -> None:
         if n_runs < 1 or n_policies_per_run < 1:
             raise ValueError(f"n_runs and n_policies_per_run must be >= 1, got {n_runs}, {n_policies_per_run}")
         self.n_runs, self.n_per_run = int(n_runs), int(n_policies_per_run)
         super().__init__(self.n_runs * self.n_per_run, obs_shape, n_actions, body=body, dueling=dueling,
-                         hiddens=hiddens)
+                         hiddens=hiddens, obs_scale=obs_scale)
 
     slice_stable = True
 
@@ -67,7 +68,7 @@ class PackedQNet(BatchedQNet):
     def unpacked(self) -> BatchedQNet:
         """A fresh ``BatchedQNet(N)`` with this net's configuration (weights: a fresh init)."""
         return BatchedQNet(self.n_per_run, self.obs_shape, self.n_actions, body=self.body, dueling=self.dueling,
-                           hiddens=self.hiddens)
+                           hiddens=self.hiddens, obs_scale=self.obs_scale)
 
     def run_slice(self, param: torch.Tensor, r: int) -> torch.Tensor:
         """View of run ``r``'s part of a parameter (or a same-shaped tensor), shaped as in ``BatchedQNet(N)``."""

@@ -18,6 +18,11 @@ of a ``P=1`` net (conv weight ``[P*out, in, k, k]``, conv bias ``[P*out]``, dens
 Shapes: ``P`` policies, ``B`` batch rows per policy, ``O`` one observation: ``(H, W, C)`` (NHWC, float) for the conv
 body, any shape for the mlp body (flattened),
 ``A`` actions.
+
+Input scale: both nets multiply the observation by ``obs_scale`` before their first layer (``EnvSpec.obs_scale``:
+1 / 255 for uint8 images, as CleanRL's Atari nets divide by 255). The replay keeps the env's compact values, so the
+scale belongs to the network; it is a constructor setting, not a parameter, so state dicts are unchanged, and at
+1.0 (every env but integer images) the multiply is skipped and results are bit for bit those of an unscaled net.
 """
 
 from __future__ import annotations
@@ -97,6 +102,19 @@ def _body_out(body: str, hiddens: int) -> int:
     return hiddens if body == "conv" else MLP_HIDDENS[-1]
 
 
+def _check_scale(obs_scale: float) -> float:
+    """``obs_scale`` as a float; ValueError unless finite and > 0."""
+    scale = float(obs_scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"obs_scale must be a finite number > 0, got {obs_scale!r}")
+    return scale
+
+
+def scale_obs(obs: torch.Tensor, obs_scale: float) -> torch.Tensor:
+    """``obs * obs_scale``, or ``obs`` itself at 1.0 (no multiply: unscaled nets stay bit-identical)."""
+    return obs if obs_scale == 1.0 else obs * obs_scale
+
+
 # --------------------------------------------------------------------------------------------------
 # single-policy reference network
 # --------------------------------------------------------------------------------------------------
@@ -153,6 +171,7 @@ class ReferenceQNet(nn.Module):
             (``resolve_body``).
         dueling: use the dueling value/advantage heads.
         hiddens: width of the conv body's output and of each head's hidden layer.
+        obs_scale: factor applied to the observations before the first layer (``EnvSpec.obs_scale``).
     """
 
     def __init__(
@@ -162,6 +181,7 @@ class ReferenceQNet(nn.Module):
         body: BodyChoice = "conv",
         dueling: bool = True,
         hiddens: int = 256,
+        obs_scale: float = 1.0,
     ) -> None:
         super().__init__()
         body = resolve_body(body, obs_shape)
@@ -170,6 +190,7 @@ class ReferenceQNet(nn.Module):
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
+        self.obs_scale = _check_scale(obs_scale)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
             c = self.obs_shape[2]
@@ -203,7 +224,8 @@ class ReferenceQNet(nn.Module):
             )
 
     def features(self, obs_BO: torch.Tensor) -> torch.Tensor:
-        """Body output. Args: obs_BO: ``[B, H, W, C]``. Returns: ``[B, body_out]``."""
+        """Body output. Args: obs_BO: ``[B, H, W, C]``, unscaled. Returns: ``[B, body_out]``."""
+        obs_BO = scale_obs(obs_BO, self.obs_scale)
         if self.body == "conv":
             return self.policy_fn(self.model(obs_BO.permute(0, 3, 1, 2)))
         return self._hidden_layers(obs_BO.reshape(obs_BO.shape[0], -1))
@@ -303,6 +325,7 @@ class BatchedQNet(nn.Module):
         body: ``"conv"``, ``"mlp"`` or ``"auto"`` (see ``ReferenceQNet``).
         dueling: use the dueling value/advantage heads.
         hiddens: width of the conv body's output and of each head's hidden layer.
+        obs_scale: factor applied to the observations before the first layer (``EnvSpec.obs_scale``).
     """
 
     slice_stable: bool = False
@@ -318,6 +341,7 @@ class BatchedQNet(nn.Module):
         body: BodyChoice = "conv",
         dueling: bool = True,
         hiddens: int = 256,
+        obs_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if n_policies < 1:
@@ -329,6 +353,7 @@ class BatchedQNet(nn.Module):
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
+        self.obs_scale = _check_scale(obs_scale)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
             chans = (self.obs_shape[2], *CONV_CHANNELS)
@@ -354,10 +379,10 @@ class BatchedQNet(nn.Module):
 
     def make_reference(self) -> ReferenceQNet:
         """A freshly initialised single-policy ``ReferenceQNet`` with this net's configuration."""
-        return ReferenceQNet(self.obs_shape, self.n_actions, self.body, self.dueling, self.hiddens)
+        return ReferenceQNet(self.obs_shape, self.n_actions, self.body, self.dueling, self.hiddens, self.obs_scale)
 
     def features(self, obs_PBO: torch.Tensor) -> torch.Tensor:
-        """Body output of every policy. Args: obs_PBO: ``[P, B, H, W, C]``. Returns: ``[P, B, body_out]``."""
+        """Body output of every policy. Args: obs_PBO: ``[P, B, H, W, C]``, unscaled. Returns: ``[P, B, body_out]``."""
         P, B = obs_PBO.shape[:2]
         if tuple(obs_PBO.shape) != (self.n_policies, B, *self.obs_shape):
             raise ValueError(
@@ -367,6 +392,7 @@ class BatchedQNet(nn.Module):
         dtype = self.fc1.weight.dtype
         if obs_PBO.dtype != dtype:
             obs_PBO = obs_PBO.to(dtype)
+        obs_PBO = scale_obs(obs_PBO, self.obs_scale)
         if self.body == "mlp":
             x = obs_PBO.reshape(P, B, self.fc1.weight.shape[1])  # HWC flatten, as RLlib's fcnet
             return torch.tanh(self.fc2(torch.tanh(self.fc1(x))))
@@ -440,7 +466,7 @@ class BatchedQNet(nn.Module):
             ``BatchedQNet`` with ``P = len(policies)`` and this net's configuration.
         """
         net = BatchedQNet(len(policies), self.obs_shape, self.n_actions, body=self.body, dueling=self.dueling,
-                          hiddens=self.hiddens)
+                          hiddens=self.hiddens, obs_scale=self.obs_scale)
         for i, p in enumerate(policies):
             net.load_policy_state_dict(i, self.policy_state_dict(p))
         return net
@@ -493,10 +519,10 @@ def _bias(layer: nn.Conv2d | nn.Linear) -> torch.Tensor:
 
 
 def _check_same_config(batched: BatchedQNet, net: ReferenceQNet) -> None:
-    a = (batched.obs_shape, batched.n_actions, batched.body, batched.dueling, batched.hiddens)
-    b = (net.obs_shape, net.n_actions, net.body, net.dueling, net.hiddens)
+    a = (batched.obs_shape, batched.n_actions, batched.body, batched.dueling, batched.hiddens, batched.obs_scale)
+    b = (net.obs_shape, net.n_actions, net.body, net.dueling, net.hiddens, net.obs_scale)
     if a != b:
-        raise ValueError(f"config mismatch (obs_shape, n_actions, body, dueling, hiddens): {a} vs {b}")
+        raise ValueError(f"config mismatch (obs_shape, n_actions, body, dueling, hiddens, obs_scale): {a} vs {b}")
 
 
 def copy_reference_into(batched: BatchedQNet, p: int, net: ReferenceQNet) -> None:
@@ -549,7 +575,7 @@ def batched_from_reference(nets: list[ReferenceQNet]) -> BatchedQNet:
     if not nets:
         raise ValueError("batched_from_reference needs at least one net")
     n0 = nets[0]
-    batched = BatchedQNet(len(nets), n0.obs_shape, n0.n_actions, n0.body, n0.dueling, n0.hiddens)
+    batched = BatchedQNet(len(nets), n0.obs_shape, n0.n_actions, n0.body, n0.dueling, n0.hiddens, n0.obs_scale)
     w0 = next(n0.parameters())
     batched = batched.to(device=w0.device, dtype=w0.dtype)
     for p, net in enumerate(nets):

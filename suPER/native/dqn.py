@@ -82,7 +82,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         q_net.load_state_dict(nets["q_net"])
         target_net.load_state_dict(nets["target_net"])
         optimizer.load_state_dict(nets["optimizer"])
-    run.obs_NO, run.alive_N = loop.reset_envs()[0], np.ones(n_agents, dtype=bool)  # env state is not checkpointed
+    run.obs_NO, run.alive_N = loop.reset_envs()[0], env.alive_N  # env state is not checkpointed
     if saved is None:
         loop.evaluate(greedy_batch, run.eval_columns())  # step 0: the untrained greedy policy
         loop.save(run.checkpoint(networks()))
@@ -101,7 +101,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             with timer("env"):
                 res = env.step(actions_N)
             # record the transition of every learner that acted; evaluate when due; reset a finished episode
-            run.record(t, actions_N, res, lambda: loop.evaluate(greedy_batch, run.eval_columns()), env.reset)
+            run.record(t, actions_N, res, lambda: loop.evaluate(greedy_batch, run.eval_columns()),
+                       lambda: (env.reset(), env.alive_N))
 
         # TD of the fresh rows with each sender's pre-update nets (for the relay, and legacy priorities)
         td_NT = None

@@ -85,7 +85,7 @@ class DQNRun:
         spec = loop.spec
         n_agents, n_pol = spec.n_agents, 1 if d.parameter_sharing else spec.n_agents
         init_net = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.model, dueling=d.dueling,
-                               hiddens=d.hiddens)
+                               hiddens=d.hiddens, obs_scale=spec.obs_scale)
         if d.init_from:  # warm start (population best responses): the team file's networks, learner p = file agent p
             init_net.load_state_dict(load_init_team(d.init_from, init_net))
         rng = np.random.default_rng(seed + EXPLORATION_SEED_OFFSET)
@@ -135,7 +135,9 @@ class DQNRun:
     def record(self, t: int, actions_N: np.ndarray, res: StepResult, evaluate: Any, reset: Any) -> None:
         """Write step ``t``'s transition of every learner that acted into the fragment, evaluate when due (at exact
         multiples of the interval, on its own env: ``evaluate()``), and start the next episode when this one ended
-        (``reset() -> obs_NO``). A step that ends by truncation bootstraps unless ``env.truncation_is_terminal``."""
+        (``reset() -> (obs_NO, alive_N)``: the env's mask of the learners that start it, so one that joins later
+        records nothing before it does). A step that ends by truncation bootstraps unless
+        ``env.truncation_is_terminal``."""
         loop, frag = self.loop, self.frag
         assert self.alive_N is not None
         terminal_N = res.terminated_N | (res.truncated_N & self.cfg.env.truncation_is_terminal)
@@ -147,7 +149,7 @@ class DQNRun:
         if res.episode_over:
             loop.episode_finished(self.ep_return_N.sum())
             self.ep_return_N[:] = 0.0
-            self.obs_NO, self.alive_N = reset(), np.ones(len(actions_N), dtype=bool)
+            self.obs_NO, self.alive_N = reset()
         else:
             self.obs_NO, self.alive_N = res.obs_NO, res.alive_N
 

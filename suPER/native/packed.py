@@ -162,7 +162,8 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
     T = d0.rollout_fragment_length
 
     # ---- the pack's networks: run r's policies are slots r*P .. r*P+P-1
-    q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens)
+    q_net = PackedQNet(R, n_pol, obs_shape, n_actions, body=d0.model, dueling=d0.dueling, hiddens=d0.hiddens,
+                       obs_scale=spec.obs_scale)
     for r, run in enumerate(runs):
         q_net.load_run_state_dict(r, run.init_net.state_dict())
     q_net = q_net.to(device)
@@ -181,8 +182,7 @@ def train_pack(cfgs: Sequence[ExperimentConfig], folders: Sequence[RunFolder],
         batched_env = env_record(cfgs[0].env.name).batched is not None
     envs = PackEnvs(runs, batched_env, obs_on_device=on_device)
     for r, run in enumerate(runs):
-        run.obs_NO = envs.first_reset(r)
-        run.alive_N = np.ones(n_agents, dtype=bool)
+        run.obs_NO, run.alive_N = envs.first_reset(r)
     # the batched env's runs as one state: each run's fragment (its observations on the env's device when the pack
     # keeps them there), observations, alive flags and episode returns are views of [R, ...] arrays, so a step of
     # all runs is recorded with one write per field (_record_all)
@@ -501,14 +501,12 @@ def _record_all(runs: list[DQNRun], state: _PackState, t: int, actions_RN: np.nd
     if not ended:
         return
     try:
-        state.obs_RNO[ended] = envs.reset_games(ended)
-        state.alive_RN[ended] = True
+        state.obs_RNO[ended], state.alive_RN[ended] = envs.reset_games(ended)
     except Exception:  # noqa: BLE001 - then each run's own reset, so only a failing run stops
         for r in ended:
-            obs = guarded(r, "env step", envs.reset, r)
-            if obs is not None:
-                state.obs_RNO[r] = obs
-                state.alive_RN[r] = True
+            started = guarded(r, "env step", envs.reset, r)
+            if started is not None:
+                state.obs_RNO[r], state.alive_RN[r] = started
 
 
 class PackEnvs:
@@ -543,24 +541,29 @@ class PackEnvs:
         base = run.cfg.run.seed + run.cfg.env.seed_offset
         return int((base * 1_000_003 + run.loop.env_steps * 7_919) % (2**31 - 1))
 
-    def reset(self, r: int) -> np.ndarray:
-        """Start run r's next episode; its obs_NO."""
+    def reset(self, r: int) -> tuple[Any, np.ndarray]:
+        """Start run r's next episode; its (obs_NO, alive_N: the learners that start it)."""
         run = self.runs[r]
         if self.batched is None:
-            return run.loop.envs[0].reset()
-        return self._obs(self.batched.reset([self.episode_seed(run)], games=[r])[r])
+            env = run.loop.envs[0]
+            return env.reset(), env.alive_N
+        obs = self._obs(self.batched.reset([self.episode_seed(run)], games=[r])[r])
+        return obs, self.batched.alive_EN[r].cpu().numpy()
 
-    def reset_games(self, rs: list[int]) -> Any:
+    def reset_games(self, rs: list[int]) -> tuple[Any, np.ndarray]:
         """Start the next episode of the batched env's games ``rs`` (runs) with one reset call; their obs
-        ``[len(rs), N, ...]`` (each game seeded by its own run, so the same as resetting them one by one)."""
+        ``[len(rs), N, ...]`` (each game seeded by its own run, so the same as resetting them one by one) and
+        alive masks ``[len(rs), N]`` (host)."""
         assert self.batched is not None
         obs = self.batched.reset([self.episode_seed(self.runs[r]) for r in rs], games=rs)
-        return self._obs(obs[torch.as_tensor(rs, device=obs.device)])
+        rows = torch.as_tensor(rs, device=obs.device)
+        return self._obs(obs[rows]), self.batched.alive_EN[rows].cpu().numpy()
 
-    def first_reset(self, r: int) -> np.ndarray:
-        """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps)."""
+    def first_reset(self, r: int) -> tuple[Any, np.ndarray]:
+        """The first episode of this process (fresh: the run's env seed; resumed: tied to env_steps); its
+        (obs_NO, alive_N)."""
         if self.batched is None:
-            return self.runs[r].loop.reset_envs()[0]
+            return self.runs[r].loop.reset_envs()[0], self.runs[r].loop.envs[0].alive_N
         return self.reset(r)
 
     def step(self, actions_RN: np.ndarray, live: list[int], guarded: Any) -> dict[int, StepResult]:

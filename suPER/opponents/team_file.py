@@ -317,7 +317,7 @@ def team_from_checkpoint(path: Path, env: MultiAgentEnv) -> BatchedQNet:
     if not self_play and n_pol not in (1, spec.n_agents):
         raise OpponentFileError(f"{path}: expected 1 or {spec.n_agents} policies for {spec.name}, found {n_pol}")
     net = BatchedQNet(n_pol, spec.obs_shape, spec.n_actions, body=d.get("model", "conv"),  # type: ignore[arg-type]
-                      dueling=d.get("dueling", True), hiddens=d.get("hiddens", 256))
+                      dueling=d.get("dueling", True), hiddens=d.get("hiddens", 256), obs_scale=spec.obs_scale)
     expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
     _check_shapes(path, expected, {k: tuple(v.shape) for k, v in q.items()})
     net.load_state_dict(q)

@@ -168,7 +168,32 @@ def test_runner_config_uses_the_paper_module(model: str) -> None:
     assert sub.module_class is PaperDQNTorchRLModule
     module = sub.build()
     assert module.paper_config == {"obs_shape": OBS_SHAPE, "n_actions": N_ACTIONS, "body": model, "dueling": True,
-                                   "hiddens": 32}
+                                   "hiddens": 32, "obs_scale": 1.0}
+
+
+def test_runner_config_scales_uint8_images_as_the_native_network() -> None:
+    """A PettingZoo env of uint8 images (tests/envs/tiny_pz.py's image_env): the module's encoder reads x / 255,
+    as the native network (``EnvSpec.obs_scale``); a model config without the key builds an unscaled module."""
+    cfg = resolve("pettingzoo:tests.envs.tiny_pz:image_env", overrides={"dqn.hiddens": 16})
+    config = build_config(cfg)
+    env = config.env(config.env_config)
+    try:
+        spec = config.get_multi_rl_module_spec(env=env)
+    finally:
+        env.close()
+    module = next(iter(spec.rl_module_specs.values())).build()
+    assert module.paper_config["body"] == "conv" and module.paper_config["obs_scale"] == 1 / 255
+    scaled = to_reference(module)
+    assert scaled.obs_scale == 1 / 255
+    plain = ReferenceQNet((6, 6, 3), 3, body="conv", dueling=scaled.dueling, hiddens=16)
+    plain.load_state_dict(scaled.state_dict())
+    x = torch.randint(0, 256, (4, 6, 6, 3)).float()
+    with torch.no_grad():
+        torch.testing.assert_close(module.compute_q_values({Columns.OBS: x})[QF_PREDS], plain(x / 255))
+    old = {k: v for k, v in module.model_config.items() if k != "paper_obs_scale"}  # a module saved before the key
+    rebuilt = PaperDQNTorchRLModule(observation_space=module.observation_space, action_space=module.action_space,
+                                    model_config=old)
+    assert rebuilt.paper_config["obs_scale"] == 1.0
 
 
 # ---- suPERDQN's relay TD pass with the paper module (online and target nets on the learner)

@@ -121,6 +121,27 @@ def test_env_wrapper_speaks_rllib_dicts(terminal: bool) -> None:
     env.close()
 
 
+def test_env_wrapper_gives_rllib_a_late_learner_from_its_first_observation() -> None:
+    """tiny_pz's walker_0 joins in the first step: RLlib sees it from its first observation (no reward for the
+    step it did not act in), then every step like the others."""
+    import dataclasses
+
+    cfg = resolve("pettingzoo:tests.envs.tiny_pz:late_joiner_env", overrides={"env.kwargs.max_cycles": 4})
+    env = _rllib_env_class()({"env": dataclasses.asdict(cfg.env), "seed": 5})
+    stay = {"walker_0": 1, "walker_1": 1, "walker_2": 1}  # nobody reaches a target
+    for _ in range(2):  # and again after a reset
+        obs, _ = env.reset()
+        assert list(obs) == env.agents == ["walker_1", "walker_2"]
+        obs, rew, term, trunc, _ = env.step({a: stay[a] for a in env.agents})
+        assert list(obs) == env.agents == ["walker_0", "walker_1", "walker_2"] and obs["walker_0"][2] > 0
+        assert set(rew) == set(term) - {"__all__"} == {"walker_1", "walker_2"}
+        for _ in range(3):
+            obs, rew, term, trunc, _ = env.step({a: stay[a] for a in env.agents})
+            assert set(obs) == set(rew) == {"walker_0", "walker_1", "walker_2"}
+        assert trunc["__all__"] and all(trunc[a] for a in stay)
+    env.close()
+
+
 @pytest.mark.parametrize("env", ["pursuit", "battle"])
 def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
     """--legacy: the relay suPERDQN builds from build_config equals the native one (seed, eps, sender-side rule)."""

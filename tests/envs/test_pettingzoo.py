@@ -31,6 +31,8 @@ from suPER.resolve import from_dict, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "pettingzoo:tests.envs.tiny_pz:parallel_env"
+LATE = "pettingzoo:tests.envs.tiny_pz:late_joiner_env"
+IMAGE = "pettingzoo:tests.envs.tiny_pz:image_env"
 SPREAD = "pettingzoo:mpe2.simple_spread_v3:parallel_env"
 KAZ = "pettingzoo:pettingzoo.butterfly.knights_archers_zombies_v11:parallel_env"
 SMALL_DQN = ["--set", "dqn.hiddens=16", "--set", "dqn.batch_size=8", "--set", "dqn.buffer_size=500",
@@ -127,7 +129,8 @@ def test_the_horizon_truncates_every_learner_still_in_the_game() -> None:
         env.step(np.ones(3, dtype=np.int64))
 
 
-@pytest.mark.parametrize("typed,extra", [(TINY, None), (SPREAD, "mpe2"), (KAZ, "pymunk")])
+@pytest.mark.parametrize("typed,extra", [(TINY, None), (LATE, None), (IMAGE, None), (SPREAD, "mpe2"),
+                                         (KAZ, "pymunk")])
 def test_pettingzoos_api_test_passes_on_the_env_we_wrap(typed: str, extra: str | None) -> None:
     """``pettingzoo.test.parallel_api_test`` on the very object the adapter steps."""
     if extra:
@@ -139,6 +142,176 @@ def test_pettingzoos_api_test_passes_on_the_env_we_wrap(typed: str, extra: str |
         parallel_api_test(env.library_env, num_cycles=200)
     finally:
         env.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# a learner that joins after the reset (tiny_pz's late_joiner_env: walker_0 joins in the first step)
+
+
+STAY = 1
+"""every tiny_pz walker's 'stay' action"""
+
+
+def test_a_learner_absent_at_reset_is_not_alive_until_it_joins() -> None:
+    from tests.envs.tiny_pz import late_joiner_env
+
+    env = adapter(LATE)
+    lib = late_joiner_env()
+    try:
+        obs_NO = env.reset(seed=3)
+        lib_obs, _ = lib.reset(seed=3)
+        assert env.alive_N.tolist() == [False, True, True] and "walker_0" not in lib_obs
+        assert not obs_NO[0].any()  # no observation yet
+        alive_N = env.alive_N
+        alive_N[:] = True  # a copy: the caller cannot change the adapter's mask
+        assert env.alive_N.tolist() == [False, True, True]
+        res = env.step(np.full(3, STAY))
+        lib_obs, lib_rew, *_ = lib.step({a: STAY for a in lib.agents})
+        # it joins with its first observation and the env's reward for it, which no action of it earned
+        assert res.alive_N.tolist() == [True, True, True] and env.alive_N.tolist() == [True, True, True]
+        np.testing.assert_array_equal(res.obs_NO[0], lib_obs["walker_0"])
+        assert res.reward_N[0] == np.float32(lib_rew["walker_0"]) < 0
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_training_stores_nothing_for_a_learner_before_it_joins(pack: bool, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """No transition from the zero observation a learner has before it joins: every row stored for walker_0
+    starts from an observation it was given (time feature >= 1 / max_cycles), while the walkers in the game
+    from the reset store rows from their reset observation (time 0). Alone and packed (each run's own env)."""
+    from suPER.native import dqn_run
+
+    stored: list[tuple[np.ndarray, np.ndarray]] = []  # per stored fragment: (obs [T, N, O], valid [T, N])
+    store = dqn_run.store_fragment
+
+    def spy(buffer: Any, frag: Any, *args: Any) -> None:
+        stored.append((np.array(frag.obs_TNO), np.array(frag.valid_TN)))
+        store(buffer, frag, *args)
+
+    monkeypatch.setattr(dqn_run, "store_fragment", spy)
+    seeds = ["--num-seeds", "2", "--pack"] if pack else []
+    code = cli.main(["train", "--env", LATE, *seeds, "--num-timesteps", "120", "--eval-interval", "60",
+                     "--eval-episodes", "1", "--device", "cpu", "--no-progress", "--out", str(tmp_path),
+                     "--set", "env.kwargs.max_cycles=8", *SMALL_DQN])
+    assert code == 0, capsys.readouterr().err
+    obs_TNO = np.concatenate([obs for obs, _ in stored])
+    valid_TN = np.concatenate([valid for _, valid in stored])
+    assert len(valid_TN) == (240 if pack else 120)  # every env step of every run
+    joiner_MO, others_MO = obs_TNO[valid_TN[:, 0], 0], obs_TNO[:, 1:][valid_TN[:, 1:]]
+    assert len(joiner_MO) > 50 and joiner_MO.any(axis=1).all()
+    assert (joiner_MO[:, 2] >= 1 / 8 - 1e-6).all()  # [position, target, time, index]: from its first obs on
+    assert (others_MO[:, 2] == 0).sum() >= 2 * 120 // 8  # the walkers there at reset: every episode's first step
+
+
+def test_evaluation_counts_a_learner_from_the_step_after_it_joins() -> None:
+    """Everybody stays for max_cycles = 5 steps: each walker gets -distance / size per step it is listed, and
+    walker_0, listed from step 1 but acting from step 2, counts 4 of its 5 rewards (sequentially and batched)."""
+    from suPER.envs.batched import LockstepBatch
+    from suPER.evaluation import episode_seeds, play_episodes
+    from tests.envs.tiny_pz import late_joiner_env
+
+    seeds = episode_seeds(7, 0, 3)
+
+    def stay(obs_ENO: Any, alive_EN: Any) -> np.ndarray:
+        return np.full(np.shape(alive_EN), STAY)
+
+    lib = late_joiner_env(max_cycles=5)
+    expected_KN = np.zeros((len(seeds), 3))
+    for k, seed in enumerate(seeds):
+        lib.reset(seed=seed)
+        per_step_N = np.array([-abs(lib._pos[a] - lib._target[a]) / lib.size for a in lib.possible_agents])
+        expected_KN[k] = per_step_N.astype(np.float32) * np.array([4, 5, 5])
+    single = adapter(LATE, max_cycles=5)
+    batch = LockstepBatch(lambda g: adapter(LATE, max_cycles=5), 2)
+    try:
+        for env in (single, batch):
+            ep = play_episodes(env, stay, seeds)
+            assert ep.length_K.tolist() == [5, 5, 5]
+            np.testing.assert_allclose(ep.agent_return_KN, expected_KN, rtol=1e-6)
+    finally:
+        single.close()
+        batch.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# image observations: stored as the env gives them, scaled by the network
+
+
+def test_the_obs_scale_is_one_over_an_integer_range_and_one_otherwise() -> None:
+    from gymnasium import spaces
+
+    from suPER.envs.pettingzoo import obs_scale
+
+    image = spaces.Box(0, 255, (6, 6, 3), np.uint8)
+    assert obs_scale([image, image]) == 1 / 255
+    assert obs_scale([spaces.Box(0, 15, (4,), np.uint8), spaces.Box(0, 15, (3,), np.int16)]) == 1 / 15
+    for unscaled in ([spaces.Box(0.0, 255.0, (4,), np.float32)],  # floats: the env's own scale
+                     [spaces.Box(-np.inf, np.inf, (4,), np.float32)],
+                     [spaces.Box(0, 1, (4,), np.bool_)],
+                     [spaces.Box(-128, 127, (4,), np.int8)],  # not [0, high]
+                     [image, spaces.Box(0, 15, (6, 6, 3), np.uint8)],  # agents of different ranges
+                     [spaces.Box(np.zeros(2), np.array([255, 15]), dtype=np.uint8)]):  # per-element ranges
+        assert obs_scale(unscaled) == 1.0, unscaled
+    env = adapter(TINY)
+    try:
+        assert env.spec.obs_scale == 1.0
+    finally:
+        env.close()
+
+
+def test_uint8_images_are_stored_as_given_and_the_q_network_reads_them_over_255(tmp_path: Path) -> None:
+    """The run's initial network (``DQNRun.build``, as ``train`` builds it) on an image x equals the same weights
+    unscaled on x / 255; the adapter and the replay keep 0..255 (uint8, lossless)."""
+    import torch
+
+    from suPER.models import BatchedQNet
+    from suPER.native.dqn_run import DQNRun
+    from suPER.runs import RunFolder
+
+    env = adapter(IMAGE)
+    try:
+        spec = env.spec
+        assert (spec.obs_shape, spec.obs_dtype, spec.obs_scale) == ((6, 6, 3), np.uint8, 1 / 255)
+        obs_NO = env.reset(seed=0)
+    finally:
+        env.close()
+    assert obs_NO.max() > 200 and (obs_NO == np.round(obs_NO)).all()  # the env's own values
+    cfg = resolve(IMAGE, overrides={"dqn.hiddens": 16, "run.progress": False})
+    run = DQNRun.build(cfg, RunFolder(tmp_path))
+    for opened in (*run.loop.envs, run.loop.eval_env):
+        opened.close()
+    net = run.init_net
+    assert (net.body, net.obs_scale, run.buffer.obs_dtype) == ("conv", 1 / 255, np.uint8)
+    plain = BatchedQNet(net.n_policies, spec.obs_shape, spec.n_actions, body="conv", dueling=net.dueling, hiddens=16)
+    plain.load_state_dict(net.state_dict())
+    x_PBO = torch.as_tensor(obs_NO)[:, None]  # learner p's observation in policy p's batch
+    torch.testing.assert_close(net(x_PBO), plain(x_PBO / 255))
+    assert not torch.allclose(net(x_PBO), plain(x_PBO), rtol=1e-3, atol=1e-3)
+
+
+def test_a_pack_on_uint8_images_scales_its_networks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from suPER.models.packed import PackedQNet
+    from suPER.native import packed
+
+    scales: list[float] = []
+
+    class Recorded(PackedQNet):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            scales.append(self.obs_scale)
+
+    monkeypatch.setattr(packed, "PackedQNet", Recorded)
+    code = cli.main(["train", "--env", IMAGE, "--num-seeds", "2", "--pack", "--num-timesteps", "60",
+                     "--eval-interval", "60", "--eval-episodes", "1", "--device", "cpu", "--no-progress",
+                     "--out", str(tmp_path), *SMALL_DQN])
+    assert code == 0, capsys.readouterr().err
+    assert scales == [1 / 255]
+    rows = rows_of(tmp_path / "pz-tests.envs.tiny_pz-image_env__ddqn__s1")
+    assert [int(r["env_steps"]) for r in rows] == [0, 60] and float(rows[-1]["updates"]) > 0
 
 
 def test_the_env_functions_arguments_are_the_kwargs() -> None:

@@ -80,6 +80,9 @@ def test_every_opponent_env_ships_its_opponent_and_an_outcome_rule(name: str) ->
 
 
 class _Base:
+    @property
+    def alive_N(self) -> Any: ...
+
     def reset(self, seed: int | None = None) -> Any: ...
     def step(self, actions_N: Any) -> Any: ...
     def close(self) -> None: ...
@@ -143,6 +146,15 @@ def test_an_adapter_without_its_library_arguments_is_refused(scratch_registry: d
                                    "reset": _Base.reset, "step": _Base.step, "close": _Base.close})
     with pytest.raises(EnvRegistrationError, match="without constructor_kwargs"):
         R.register(cls)
+
+
+def test_an_adapter_without_its_alive_mask_is_refused(scratch_registry: dict[str, Any]) -> None:
+    """``alive_N`` is how callers learn which learners start an episode: a class without it is refused."""
+    members = {k: v for k, v in vars(_Base).items() if k != "alive_N" and not k.startswith("__")}
+    cls = type("TinyGridEnv", (), {**members, "record": EnvRecord(name="tiny_grid", sender_side_priorities=False)})
+    with pytest.raises(EnvRegistrationError, match="property alive_N.*without alive_N"):
+        R.register(cls)
+    assert scratch_registry == {}
 
 
 def test_unknown_names_fail_with_the_registered_ones() -> None:

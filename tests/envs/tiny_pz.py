@@ -1,12 +1,15 @@
-"""A tiny PettingZoo parallel env with vector observations, for the generic adapter's tests (not a test module).
+"""Tiny PettingZoo parallel envs for the generic adapter's tests (not a test module).
 
-Three walkers on a line of ``size`` cells, each with its own target cell. Each step a walker moves left, stays or
+``TinyLine`` (vector observations): three walkers on a line of ``size`` cells, each with its own target cell. Each step a walker moves left, stays or
 moves right (the last walker only has left and stay: its action space is smaller), gets ``-distance / size``, and
 +1 and terminates (leaves ``agents``) when it reaches its target. Observations are ``[position, target, time]``
 scaled to [0, 1], plus the walker's index for all but the last walker (shapes (4,) and (3,): the adapter pads).
 Truncated at ``max_cycles``. Deterministic given the reset seed.
 
 Used as ``--env pettingzoo:tests.envs.tiny_pz:parallel_env`` (run from the repository root).
+``late_joiner_env``: the same walkers, but ``walker_0`` is not in ``agents`` at reset: it joins in the first step,
+with its first observation, its distance reward and no action taken (``pettingzoo:tests.envs.tiny_pz:late_joiner_env``).
+``image_env``: ``TinyImage``, uint8 image observations (``pettingzoo:tests.envs.tiny_pz:image_env``).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ class TinyLine(ParallelEnv):
 
     metadata = {"name": "tiny_line_v0", "render_modes": []}
 
-    def __init__(self, n_walkers: int = 3, size: int = 6, max_cycles: int = 30, render_mode: str | None = None):
+    def __init__(self, n_walkers: int = 3, size: int = 6, max_cycles: int = 30, render_mode: str | None = None,
+                 joins_late: bool = False):
         if n_walkers < 2 or size < 2 or max_cycles < 1:
             raise ValueError(f"expected n_walkers >= 2, size >= 2, max_cycles >= 1, got {n_walkers}, {size}, "
                              f"{max_cycles}")
         self.n_walkers, self.size, self.max_cycles = int(n_walkers), int(size), int(max_cycles)
+        self.joins_late = bool(joins_late)
         self.render_mode = render_mode
         self.possible_agents = [f"walker_{i}" for i in range(self.n_walkers)]
         self.agents: list[str] = []
@@ -58,10 +63,10 @@ class TinyLine(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
         self._t = 0
-        for a in self.agents:
+        for a in self.possible_agents:
             self._pos[a], self._target[a] = (int(v) for v in self._rng.choice(self.size, 2, replace=False))
+        self.agents = list(self.possible_agents[1:] if self.joins_late else self.possible_agents)
         return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -73,11 +78,17 @@ class TinyLine(ParallelEnv):
             reached = self._pos[a] == self._target[a]
             rewards[a] = 1.0 if reached else -abs(self._pos[a] - self._target[a]) / self.size
             terms[a] = reached
+        listed = list(self.agents)
+        if self.joins_late and self._t == 1:  # walker_0 arrives: listed from now on, it acts from the next step
+            joiner = self.possible_agents[0]
+            rewards[joiner] = -abs(self._pos[joiner] - self._target[joiner]) / self.size
+            terms[joiner] = False
+            listed = [joiner, *listed]
         cut = self._t >= self.max_cycles
-        truncs = {a: cut and not terms[a] for a in self.agents}
-        obs = {a: self._obs(a) for a in self.agents}
-        infos: dict[str, dict] = {a: {} for a in self.agents}
-        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        truncs = {a: cut and not terms[a] for a in listed}
+        obs = {a: self._obs(a) for a in listed}
+        infos: dict[str, dict] = {a: {} for a in listed}
+        self.agents = [a for a in listed if not (terms[a] or truncs[a])]
         return obs, rewards, terms, truncs, infos
 
     def close(self) -> None:
@@ -87,3 +98,64 @@ class TinyLine(ParallelEnv):
 def parallel_env(n_walkers: int = 3, size: int = 6, max_cycles: int = 30, render_mode: str | None = None) -> TinyLine:
     """The env (``TinyLine``'s arguments)."""
     return TinyLine(n_walkers, size, max_cycles, render_mode)
+
+
+def late_joiner_env(n_walkers: int = 3, size: int = 6, max_cycles: int = 30,
+                    render_mode: str | None = None) -> TinyLine:
+    """The env with ``walker_0`` joining in the first step (``TinyLine(joins_late=True)``)."""
+    return TinyLine(n_walkers, size, max_cycles, render_mode, joins_late=True)
+
+
+class TinyImage(ParallelEnv):
+    """Two painters sharing a ``(size, size, 3)`` uint8 canvas (observations ``Box(0, 255)``, as Atari / butterfly
+    frames): each step a painter adds 16 to every pixel of the channel its action names (saturating at 255),
+    and both get the canvas's mean red level in [0, 1]. The canvas starts uniformly random; truncated at
+    ``max_cycles``. Used as ``pettingzoo:tests.envs.tiny_pz:image_env``."""
+
+    metadata = {"name": "tiny_image_v0", "render_modes": []}
+
+    def __init__(self, size: int = 6, max_cycles: int = 10, render_mode: str | None = None):
+        if size < 4 or max_cycles < 1:
+            raise ValueError(f"expected size >= 4, max_cycles >= 1, got {size}, {max_cycles}")
+        self.size, self.max_cycles, self.render_mode = int(size), int(max_cycles), render_mode
+        self.possible_agents = ["painter_0", "painter_1"]
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+        self._canvas = np.zeros((self.size, self.size, 3), dtype=np.uint8)
+        self._t = 0
+        self._obs_space = spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
+        self._act_space = spaces.Discrete(3)
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self._act_space
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._t = 0
+        self._canvas = self._rng.integers(0, 256, self._canvas.shape, dtype=np.uint8)
+        return {a: self._canvas.copy() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._t += 1
+        for a in self.agents:
+            c = int(actions.get(a, 0))
+            self._canvas[..., c] = np.minimum(self._canvas[..., c].astype(np.int64) + 16, 255).astype(np.uint8)
+        red = float(self._canvas[..., 0].mean()) / 255
+        cut = self._t >= self.max_cycles
+        listed = list(self.agents)
+        self.agents = [] if cut else listed
+        return ({a: self._canvas.copy() for a in listed}, dict.fromkeys(listed, red), dict.fromkeys(listed, False),
+                dict.fromkeys(listed, cut), {a: {} for a in listed})
+
+    def close(self) -> None:
+        pass
+
+
+def image_env(size: int = 6, max_cycles: int = 10, render_mode: str | None = None) -> TinyImage:
+    """The image env (``TinyImage``'s arguments)."""
+    return TinyImage(size, max_cycles, render_mode)

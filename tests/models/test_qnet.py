@@ -388,3 +388,29 @@ def test_auto_builds_conv_for_images_and_the_mlp_for_any_other_shape(shape: tupl
     if body == "mlp" and len(shape) != 3:
         with pytest.raises(ValueError, match=r"needs observations of shape \(H, W, C\).*--model mlp"):
             BatchedQNet(2, shape, 4, body="conv")
+
+
+@pytest.mark.parametrize("body", ["conv", "mlp"])
+def test_obs_scale_multiplies_the_input_and_travels_with_every_copy(body: str) -> None:
+    """``obs_scale`` (uint8 images: 1/255) is the net reading ``obs * scale``: equal to an unscaled net with the same
+    weights on the scaled input, in every copy the trainers make; the state dict has no entry for it (checkpoints
+    written before it existed load)."""
+    shape, n_actions, scale = (6, 6, 3), 4, 1 / 255
+    net = BatchedQNet(3, shape, n_actions, body=body, hiddens=16, obs_scale=scale)
+    plain = BatchedQNet(3, shape, n_actions, body=body, hiddens=16)
+    assert net.state_dict().keys() == plain.state_dict().keys()
+    plain.load_state_dict(net.state_dict())
+    obs_PBO = torch.randint(0, 256, (3, 5, *shape), dtype=torch.uint8)
+    torch.testing.assert_close(net(obs_PBO), plain(obs_PBO.float() / 255))
+    assert not torch.allclose(net(obs_PBO), plain(obs_PBO))
+    ref = reference_from_batched(net, 1)
+    torch.testing.assert_close(ref(obs_PBO[1].float()), net(obs_PBO)[1])
+    copies = [net.subset([2, 0]), net.make_reference(), ref, batched_from_reference([ref]),
+              PackedQNet(2, 3, shape, n_actions, body=body, hiddens=16, obs_scale=scale).unpacked()]
+    assert [c.obs_scale for c in copies] == [scale] * len(copies)
+    with pytest.raises(ValueError, match="obs_scale"):
+        copy_reference_into(plain, 0, ref)  # a net of another input scale is another configuration
+    assert BatchedQNet(1, shape, n_actions, body=body, hiddens=16).obs_scale == 1.0  # every env but integer images
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="obs_scale must be a finite number > 0"):
+            BatchedQNet(1, shape, n_actions, body=body, hiddens=16, obs_scale=bad)
