@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suPER.models import BatchedLinear, GroupedConv2d, conv_flat_size
+from suPER.models import BatchedLinear, GroupedConv2d, conv_flat_size, scale_obs
 
 HIDDEN = 64
 """width of the SEAC paper's MLP layers (and of the conv body's dense layer)"""
@@ -52,11 +52,16 @@ class SEACNet(nn.Module):
         obs_shape: one observation: (H, W, C) for the conv body, any shape for the mlp body (flattened).
         n_actions: size of the discrete action space.
         body: ``"mlp"`` (SEAC paper) or ``"conv"`` (the SUPER paper's conv body).
+        obs_scale: factor applied to the observations before the first layer (``EnvSpec.obs_scale``: 1 / 255 for
+            uint8 images, 1 for every env of the paper).
     """
 
     def __init__(self, n_policies: int, obs_shape: tuple[int, ...], n_actions: int,
-                 body: Literal["mlp", "conv"] = "mlp") -> None:
+                 body: Literal["mlp", "conv"] = "mlp", obs_scale: float = 1.0) -> None:
         super().__init__()
+        if not (math.isfinite(obs_scale) and obs_scale > 0):
+            raise ValueError(f"obs_scale must be a finite number > 0, got {obs_scale!r}")
+        self.obs_scale = float(obs_scale)
         if body not in ("mlp", "conv"):
             raise ValueError(f"body must be 'mlp' or 'conv', got {body!r}")
         if body == "conv" and len(obs_shape) != 3:
@@ -101,7 +106,7 @@ class SEACNet(nn.Module):
         if tuple(obs_PBO.shape) != (self.n_policies, B, *self.obs_shape):
             raise ValueError(f"expected obs of shape [P={self.n_policies}, B, {', '.join(map(str, self.obs_shape))}], "
                              f"got {tuple(obs_PBO.shape)}")
-        obs_PBO = obs_PBO.float()
+        obs_PBO = scale_obs(obs_PBO.float(), self.obs_scale)
         if self.body == "mlp":
             x = obs_PBO.reshape(P, B, -1)
             actor = F.relu(self.actor2(F.relu(self.actor1(x))))

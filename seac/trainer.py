@@ -148,7 +148,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     cut_is_terminal = cfg.env.truncation_is_terminal
 
     # ---- networks: N independent actor-critics in one batched module, one Adam over all of them
-    net = SEACNet(N, obs_shape, A, body=s.model).to(device)
+    net = SEACNet(N, obs_shape, A, body=s.model, obs_scale=spec.obs_scale).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=s.lr, eps=s.adam_eps)
 
     # ---- rollout storage: step t of env e for agent n; obs has the extra bootstrap row T

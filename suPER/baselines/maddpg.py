@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from suPER.config import ExperimentConfig
 from suPER.loop import ProgressFn, RunLoop, to_numpy
-from suPER.models import BatchedMLP, clip_grad_norm_per_policy
+from suPER.models import BatchedMLP, clip_grad_norm_per_policy, scale_obs
 from suPER.replay import UniformReplay
 from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import EVAL_DRAWS_SEED_OFFSET, EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
@@ -96,12 +96,17 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     rng = np.random.default_rng(cfg.run.seed + EXPLORATION_SEED_OFFSET)  # epsilon-greedy exploration draws
     eval_rng = np.random.default_rng(cfg.run.seed + EVAL_DRAWS_SEED_OFFSET)  # evaluation draws never touch training randomness
 
+    def obs_tensor(obs: np.ndarray) -> torch.Tensor:
+        """Observations as the actors and critics read them: float, times ``EnvSpec.obs_scale`` (1 / 255 for uint8
+        images)."""
+        return scale_obs(torch.as_tensor(obs, device=device).float(), spec.obs_scale)
+
     @torch.no_grad()
     def greedy(obs_ENO: np.ndarray, alive_EN: np.ndarray | None = None) -> np.ndarray:
         """Evaluation actions [E, N] of E games: argmax of each actor's logits, or (``eval_mode=sample``) a
         Gumbel-max draw; one forward with learner n's actor on its E observations."""
         e = obs_ENO.shape[0]
-        obs_NEO = torch.as_tensor(obs_ENO, device=device).reshape(e, N, OBS).transpose(0, 1)
+        obs_NEO = obs_tensor(obs_ENO).reshape(e, N, OBS).transpose(0, 1)
         logits_ENA = actor(obs_NEO).transpose(0, 1).cpu().numpy()
         if m.eval_mode == "sample":
             logits_ENA = logits_ENA / m.gumbel_temperature - np.log(-np.log(eval_rng.random(logits_ENA.shape)))
@@ -111,7 +116,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     def explore(obs_NO: np.ndarray) -> np.ndarray:
         """Training actions: per learner, uniform with probability epsilon, else a Gumbel-max sample of
         softmax(logits / temperature) (module docstring)."""
-        logits_NA = actor(torch.as_tensor(obs_NO, device=device).reshape(N, 1, OBS))[:, 0]
+        logits_NA = actor(obs_tensor(obs_NO).reshape(N, 1, OBS))[:, 0]
         sampled_N = (logits_NA / m.gumbel_temperature + sample_gumbel(logits_NA)).argmax(-1).cpu().numpy()
         random_N = rng.random(N) < m.epsilon(loop.env_steps)
         return np.where(random_N, rng.integers(0, A, N), sampled_N)
@@ -184,7 +189,8 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         if loop.env_steps > learn_after and loop.env_steps % m.rollout_fragment_length == 0:
             with loop.timer("learn"):
                 b = {k: torch.as_tensor(v, device=device) for k, v in buffer.sample(m.batch_size).items()}
-                b["obs"], b["next_obs"] = b["obs"].float(), b["next_obs"].float()
+                b["obs"] = scale_obs(b["obs"].float(), spec.obs_scale)
+                b["next_obs"] = scale_obs(b["next_obs"].float(), spec.obs_scale)
                 B = m.batch_size
                 loss_c_N = critic_loss(critic, target_actor, target_critic, b, m.gamma, m.shared_reward,
                                        m.gumbel_temperature, sample_gumbel(torch.empty(N, B, A, device=device)))

@@ -43,6 +43,7 @@ from torch import nn
 
 from suPER.config import ExperimentConfig
 from suPER.loop import ProgressFn, RunLoop, to_numpy
+from suPER.models import scale_obs
 from suPER.replay import UniformReplay
 from suPER.runs import Logger, RunFolder, Summary
 from suPER.seeds import EXPLORATION_SEED_OFFSET, REPLAY_SEED_OFFSET
@@ -140,6 +141,10 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         rng=np.random.default_rng(cfg.run.seed + REPLAY_SEED_OFFSET))
     episode = {k: np.zeros_like(v[0]) for k, v in buffer.data.items()}  # the episode being collected
 
+    def obs_tensor(obs: np.ndarray) -> torch.Tensor:
+        """Observations as the nets read them: float, times ``EnvSpec.obs_scale`` (1 / 255 for uint8 images)."""
+        return scale_obs(torch.as_tensor(obs, device=device).float(), spec.obs_scale)
+
     eval_h = [torch.zeros(1, N, q.rnn_hidden, device=device)]  # [1, E*N, H]: game e's learners at e*N..
 
     def eval_reset(num_games: int) -> None:
@@ -151,7 +156,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
         """argmax of each learner's Q in E games [E, N], carrying the evaluation hidden state (``eval_reset``
         sizes and clears it)."""
         e = obs_ENO.shape[0]
-        q_1BA, eval_h[0] = agent(torch.as_tensor(obs_ENO, device=device).reshape(1, e * N, OBS), eval_h[0])
+        q_1BA, eval_h[0] = agent(obs_tensor(obs_ENO).reshape(1, e * N, OBS), eval_h[0])
         return q_1BA[0].argmax(-1).reshape(e, N).cpu().numpy()
 
     def trainer_state() -> dict[str, Any]:
@@ -195,7 +200,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
     while not loop.done:
         # act: epsilon-greedy on the recurrent Q, epsilon scheduled by env steps
         with loop.timer("act"), torch.no_grad():
-            q_1NA, h_1NH = agent(torch.as_tensor(obs_NO, device=device)[None], h_1NH)
+            q_1NA, h_1NH = agent(obs_tensor(obs_NO)[None], h_1NH)
             actions_N = q_1NA[0].argmax(-1).cpu().numpy()
             explore_N = rng.random(N) < q.epsilon(loop.env_steps)
             actions_N = np.where(explore_N, rng.integers(0, A, N), actions_N)
@@ -226,7 +231,7 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
             if loop.env_steps > learn_after:
                 with loop.timer("learn"):
                     for _ in range(q.updates_per_episode):
-                        b = to_batch(buffer.sample(q.batch_episodes), device)
+                        b = to_batch(buffer.sample(q.batch_episodes), device, spec.obs_scale)
                         loss = qmix_loss(agent, mixer, target_agent, target_mixer, b, q.gamma, q.double_q)
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
@@ -253,10 +258,12 @@ def train(cfg: ExperimentConfig, folder: RunFolder, logger: Logger | None = None
                                 "updates": updates}, extra(), on_reset=eval_reset)
 
 
-def to_batch(rows: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Sampled episodes -> tensors cropped to the longest sampled episode, with the step mask ``mask`` [B, T]."""
+def to_batch(rows: dict[str, np.ndarray], device: torch.device, obs_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """Sampled episodes -> tensors cropped to the longest sampled episode, with the step mask ``mask`` [B, T]; the
+    observations float and times ``obs_scale`` (``EnvSpec.obs_scale``: what the agent net and the mixer's state
+    read)."""
     t_max = int(rows["length"].max())
-    b = {"obs": torch.as_tensor(rows["obs"][:, : t_max + 1], device=device).float(),
+    b = {"obs": scale_obs(torch.as_tensor(rows["obs"][:, : t_max + 1], device=device).float(), obs_scale),
          "alive": torch.as_tensor(rows["alive"][:, : t_max + 1], device=device),
          "action": torch.as_tensor(rows["action"][:, :t_max], device=device),
          "reward": torch.as_tensor(rows["reward"][:, :t_max], device=device),

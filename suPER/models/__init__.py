@@ -12,6 +12,7 @@ from suPER.models.qnet import (
     copy_reference_into,
     reference_from_batched,
     resolve_body,
+    scale_obs,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "copy_reference_into",
     "reference_from_batched",
     "resolve_body",
+    "scale_obs",
 ]

@@ -114,16 +114,18 @@ class TinyImage(ParallelEnv):
 
     metadata = {"name": "tiny_image_v0", "render_modes": []}
 
-    def __init__(self, size: int = 6, max_cycles: int = 10, render_mode: str | None = None):
+    def __init__(self, size: int = 6, max_cycles: int = 10, render_mode: str | None = None, as_float: bool = False):
         if size < 4 or max_cycles < 1:
             raise ValueError(f"expected size >= 4, max_cycles >= 1, got {size}, {max_cycles}")
         self.size, self.max_cycles, self.render_mode = int(size), int(max_cycles), render_mode
+        self.as_float = as_float  # observations canvas x float32(1 / 255) in Box(0, 1): what a scaled net reads
         self.possible_agents = ["painter_0", "painter_1"]
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
         self._canvas = np.zeros((self.size, self.size, 3), dtype=np.uint8)
         self._t = 0
-        self._obs_space = spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
+        self._obs_space = (spaces.Box(0.0, 1.0, (self.size, self.size, 3), np.float32) if as_float
+                           else spaces.Box(0, 255, (self.size, self.size, 3), np.uint8))
         self._act_space = spaces.Discrete(3)
 
     def observation_space(self, agent: str) -> spaces.Box:
@@ -138,7 +140,7 @@ class TinyImage(ParallelEnv):
         self.agents = list(self.possible_agents)
         self._t = 0
         self._canvas = self._rng.integers(0, 256, self._canvas.shape, dtype=np.uint8)
-        return {a: self._canvas.copy() for a in self.agents}, {a: {} for a in self.agents}
+        return {a: self._observation() for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         self._t += 1
@@ -149,8 +151,13 @@ class TinyImage(ParallelEnv):
         cut = self._t >= self.max_cycles
         listed = list(self.agents)
         self.agents = [] if cut else listed
-        return ({a: self._canvas.copy() for a in listed}, dict.fromkeys(listed, red), dict.fromkeys(listed, False),
+        return ({a: self._observation() for a in listed}, dict.fromkeys(listed, red), dict.fromkeys(listed, False),
                 dict.fromkeys(listed, cut), {a: {} for a in listed})
+
+    def _observation(self) -> np.ndarray:
+        if self.as_float:
+            return self._canvas.astype(np.float32) * np.float32(1 / 255)
+        return self._canvas.copy()
 
     def close(self) -> None:
         pass
@@ -159,3 +166,10 @@ class TinyImage(ParallelEnv):
 def image_env(size: int = 6, max_cycles: int = 10, render_mode: str | None = None) -> TinyImage:
     """The image env (``TinyImage``'s arguments)."""
     return TinyImage(size, max_cycles, render_mode)
+
+
+def float_image_env(size: int = 6, max_cycles: int = 10, render_mode: str | None = None) -> TinyImage:
+    """The image env's twin whose observations are already scaled: float32 ``canvas x float32(1 / 255)`` in
+    ``Box(0, 1)`` (``pettingzoo:tests.envs.tiny_pz:float_image_env``). A network on it reads exactly what a network
+    scaled by ``EnvSpec.obs_scale`` reads on ``image_env``, so the same seed trains both the same way."""
+    return TinyImage(size, max_cycles, render_mode, as_float=True)
