@@ -74,6 +74,22 @@ def test_envs_command_lists_three_envs() -> None:
     assert "pettingzoo:<module>:<function>\tpossible_agents" in r.stdout  # the generic adapter: any parallel env
 
 
+def test_envs_command_describes_named_envs_as_training_sees_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """``super-marl envs ENV...``: every learner, how observations are stored and how the networks read them (a
+    PettingZoo env of uint8 images: x / 255); a name that is not an env is one line naming ENV."""
+    from suPER import cli
+
+    image = "pettingzoo:tests.envs.tiny_pz:image_env"
+    assert cli.main(["envs", "battle", image]) == 0
+    rows = {line.split("\t")[0]: line.split("\t") for line in capsys.readouterr().out.splitlines()}
+    assert rows["battle"][1:3] == ["6 (blue_0, blue_1, blue_2, blue_3, blue_4, blue_5)",
+                                   "6 (red_0, red_1, red_2, red_3, red_4, red_5)"]
+    assert rows["battle"][5] == "x" and rows[image][3:6] == ["(6, 6, 3)", "uint8", "x / 255"]
+    assert cli.main(["envs", "chess"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: ENV: expected one of pursuit, battle, adversarial_pursuit or "
+                                               "pettingzoo:<module>:<function>, got 'chess'")
+
+
 @pytest.mark.parametrize(("args", "flag"), [
     (["--env", "chess"], "--env"),
     (["--num-timesteps", "-5"], "--num-timesteps"),

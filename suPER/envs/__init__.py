@@ -71,7 +71,7 @@ def env_info(name: str) -> dict[str, Any]:
         name: registry key, or a generic adapter's env name (``pz-mpe2.simple_spread_v3``).
 
     Returns:
-        dict with name, team, learner_ids, opponent_ids, obs_shape, obs_dtype, n_actions,
+        dict with name, team, learner_ids, opponent_ids, obs_shape, obs_dtype, obs_scale, n_actions,
             opponent_obs_shape, opponent_n_actions (empty/0 without opponents), kwargs.
     """
     section = load_env_defaults(name).get("env", {})
@@ -87,6 +87,7 @@ def env_info(name: str) -> dict[str, Any]:
             "opponent_ids": list(spec.opponent_ids),
             "obs_shape": list(spec.obs_shape),
             "obs_dtype": str(spec.obs_dtype.__name__),
+            "obs_scale": float(spec.obs_scale),
             "n_actions": spec.n_actions,
             "opponent_obs_shape": list(getattr(env, "opponent_obs_shape", ())),
             "opponent_n_actions": getattr(env, "opponent_n_actions", 0),
