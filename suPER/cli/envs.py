@@ -33,9 +33,7 @@ def envs(
         rows.append([name, f"{len(learners)} ({learners[0]}..{learners[-1]})",
                      f"{len(opps)} ({opps[0]}..{opps[-1]})" if opps else "-",
                      str(tuple(info["obs_shape"])), str(info["n_actions"]), info["team"]])
-    print_table("environments", ["env", "learners", "opponents", "obs shape", "actions", "team"], rows,
-                notes=["super-marl envs ENV describes one (a PettingZoo env too): its agents, stored observations "
-                       "and the scale the networks read them at"])
+    print_table("environments", ["env", "learners", "opponents", "obs shape", "actions", "team"], rows)
 
 
 def _describe(names: list[str]) -> None:
