@@ -2,6 +2,7 @@
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
     python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare]
+    python scripts/fig1_tables.py --update docs/results.md      # after --collect: every part's tables at once
 
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
 its last 10% of evaluations) per env and configuration, seeds in order; the claim table (``analysis.claim_table``:
@@ -125,25 +126,77 @@ def markdown(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, s
     return "\n".join(lines)
 
 
+SECTIONS = {"compare": ("### Verdicts by protocol", "### Under the paper's protocol"),
+            "paper": ("#### Results so far", "### Under our protocol"),
+            "ours": ("#### Results (", "#### Honest notes")}
+"""protocol -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""
+
+
+def tables(curves: list[plotting.RunCurve], records: Path, protocol: str) -> str:
+    """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines."""
+    if protocol == "compare":
+        return comparison(curves)
+    if protocol == "paper":
+        return (markdown([c for c in curves if plotting.is_paper(c.label)], PAPER_CONFIGURATIONS) + "\n\n"
+                + final_games(records, PAPER_CONFIGURATIONS))
+    return markdown([c for c in curves if not plotting.is_paper(c.label)])
+
+
+def replace_tables(text: str, start: str, end: str, blocks: list[str]) -> str:
+    """``text`` with the markdown tables between the line starting with ``start`` and the next ``end`` replaced, in
+    order, by ``blocks`` (the prose around them kept).
+
+    Raises:
+        ValueError: a heading is missing, or the part holds another number of tables than ``blocks``.
+    """
+    first = text.index(start)
+    last = text.index(end, first)
+    lines = text[first:last].split("\n")
+    out, tables_seen, k = [], 0, 0
+    while k < len(lines):
+        if lines[k].startswith("|"):
+            while k < len(lines) and lines[k].startswith("|"):
+                k += 1
+            if tables_seen < len(blocks):
+                out.append(blocks[tables_seen])
+            tables_seen += 1
+            continue
+        out.append(lines[k])
+        k += 1
+    if tables_seen != len(blocks):
+        raise ValueError(f"{start!r}: expected {len(blocks)} tables, found {tables_seen}")
+    return text[:first] + "\n".join(out) + text[last:]
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
     parser.add_argument("--protocol", choices=("ours", "paper", "compare"), default="ours")
+    parser.add_argument("--update", metavar="RESULTS_MD", help="write every part's tables into this file (results.md: "
+                        "each part's tables replaced in order, its prose kept) instead of printing one part")
     args = parser.parse_args(argv)
     records = Path(args.records)
     if not records.is_dir():
         print(f"RECORDS: expected a folder of run records, got {args.records!r}", file=sys.stderr)
         return 2
     curves = plotting.load_run_curves(plotting.find_run_folders([records]))
-    if args.protocol == "compare":
-        print(comparison(curves))
-    elif args.protocol == "paper":
-        print(markdown([c for c in curves if plotting.is_paper(c.label)], PAPER_CONFIGURATIONS))
-        print("\n" + final_games(records, PAPER_CONFIGURATIONS))
-    else:
-        print(markdown([c for c in curves if not plotting.is_paper(c.label)]))
+    if args.update is None:
+        print(tables(curves, records, args.protocol))
+        return 0
+    path = Path(args.update)
+    try:
+        text = path.read_text()
+        for protocol, (start, end) in SECTIONS.items():
+            text = replace_tables(text, start, end, tables(curves, records, protocol).split("\n\n"))
+    except (OSError, ValueError) as exc:
+        print(f"--update: expected results.md with the Figure 1 parts ({exc})", file=sys.stderr)
+        return 2
+    from suPER.runs import atomic_write_text
+
+    atomic_write_text(path, text)
+    print(f"{path}: Figure 1 tables written from {records}")
     return 0
 
 

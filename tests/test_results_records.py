@@ -22,7 +22,7 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir()) if FIG1.is_dir() else []
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES  # noqa: E402
-from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown  # noqa: E402
+from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown, replace_tables  # noqa: E402
 
 DIRTY_GRID_FILE = ("battle__ddqn_super_gaussian__s[123]", "adversarial_pursuit__ddqn_super_gaussian__s[123]")
 """Runs whose manifests may say ``<commit>-dirty``: session 16 ran them in the worktree pinned at the campaign's
@@ -76,6 +76,16 @@ def test_plot_protocol_keeps_one_protocols_runs(tmp_path: Path, capsys: pytest.C
     assert cli.main(["plot", str(FIG1), "--protocol", "both", "--out", str(tmp_path / "both")]) == 2
     assert capsys.readouterr().err.strip() == "error: --protocol: expected ours or paper, got 'both'"
     assert not (tmp_path / "both").exists()
+
+
+def test_fig1_tables_update_replaces_a_parts_tables_in_order_and_keeps_its_prose() -> None:
+    """``fig1_tables.py --update``: the tables between a part's heading and the next are replaced in order, the
+    prose around them and everything outside the part stays; a part with another number of tables is refused."""
+    text = "# A\n| x |\n\n## Part\nintro\n| a | b |\n|---|---|\n| 1 | 2 |\nbetween\n| c |\n|---|\n## Next\n| y |\n"
+    got = replace_tables(text, "## Part", "## Next", ["| new |\n|---|", "| n2 |"])
+    assert got == "# A\n| x |\n\n## Part\nintro\n| new |\n|---|\nbetween\n| n2 |\n## Next\n| y |\n"
+    with pytest.raises(ValueError, match="expected 1 tables, found 2"):
+        replace_tables(text, "## Part", "## Next", ["| only |"])
 
 
 def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> None:
