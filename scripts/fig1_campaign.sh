@@ -54,11 +54,12 @@ case "${1:-}" in
     for grid in "$OURS --seeds 5" "$PAPER --seeds 5"; do  # every started run of the campaign folder
       list "$grid" | grep -vE $'\t(-|pending)\t' || true
     done
-    k=0
+    k=0; all=""
     while read -r line; do
-      k=$((k + 1)); listed=$(list "$line")
+      k=$((k + 1)); listed=$(list "$line"); all+="$listed"$'\n'
       echo "stage $k: $(grep -c $'\tfinished' <<< "$listed" || true) of $(tail -n 1 <<< "$listed" | cut -d' ' -f1) runs finished"
     done < <(stages)
+    "$py" "$repo/scripts/run_costs.py" --to-go "$repo/results/fig1" <<< "$all"
     exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
   --collect)
     exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;

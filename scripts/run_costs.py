@@ -2,6 +2,7 @@
 """What the finished runs of a campaign cost, and what a run at the paper's full budget would need.
 
     python scripts/run_costs.py [RECORDS]          # default results/fig1
+    super-marl grid list ... | python scripts/run_costs.py --to-go [RECORDS]   # what the listed runs still need
 
 From each finished record's manifest (``wall_time_s``, ``timings_s``, ``cpu``, ``cpu_capability``) and config:
 per env, protocol and CPU, the median over runs of
@@ -15,6 +16,11 @@ and the full-budget run those rates give: ``paper budget x training rate + (200 
 (``resolve(env).run``: the paper's env steps and evaluation), in hours. A run that was resumed is left out: its
 manifest's times cover only its last segment. The rates are what the runs met, load included: the CPU column says
 which machine, and LOG.md next to the records says what else ran on it.
+
+``--to-go`` reads ``grid list`` rows on stdin (entry, env, algo, seed, run folder, status, flags) and adds up what the
+runs not finished still need at those rates (a running run: its env steps left; its protocol from the folder name;
+an env and protocol without a finished record uses the env's rate under the other protocol), alone and two at a
+time: the campaign's measured time to go (``fig1_campaign.sh --status`` prints it).
 """
 
 from __future__ import annotations
@@ -78,15 +84,70 @@ def table(records: Path) -> str:
     return "\n".join(lines)
 
 
+def rates(records: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(env, protocol) -> (median training s per env step, median evaluation s per episode) of the records."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for folder in sorted(p for p in records.iterdir() if (p / "manifest.json").is_file()):
+        cost = run_cost(folder)
+        if cost is not None:
+            groups[(cost["env"], cost["protocol"])].append(cost)
+    return {k: (statistics.median(c["train_s_per_step"] for c in v), statistics.median(c["eval_s_per_episode"] for c in v))
+            for k, v in groups.items()}
+
+
+EVAL_EPISODES = 41 * 10
+"""evaluation episodes of a campaign run (40 points x 10 episodes, plus step 0's)"""
+FINAL_GAMES = {"battle": 100}
+"""each battle run's final varied games"""
+
+
+def to_go(listing: str, records: Path) -> str:
+    """One line: how many listed runs are not finished and the hours they need at the records' rates."""
+    import re
+
+    known = rates(records)
+    rows: list[list[str]] = []  # every listed run, its flags completed by its block's common flags
+    block: list[list[str]] = []
+    for line in [*listing.splitlines(), ""]:
+        cells = line.split("\t")
+        if len(cells) >= 7 and cells[0] != "entry":
+            block.append(cells)
+        elif line.startswith("every run above also gets:") or not line.strip():
+            common = line.removeprefix("every run above also gets:")
+            rows += [[*cells[:6], f"{cells[6]} {common}"] for cells in block]
+            block = []
+    left_s, runs, running = 0.0, 0, 0
+    for cells in rows:
+        env, folder, status, flags = cells[1], cells[4], cells[5], cells[6]
+        budget = re.search(r"--num-timesteps (\d+)", flags) or re.search(r"/([\d,]+)", status)
+        if cells[5].startswith("finished") or budget is None:
+            continue
+        total = int(budget.group(1).replace(",", ""))
+        done = re.search(r"([\d,]+)/[\d,]+", status)  # running or interrupted part-way: it resumes from there
+        steps_left = total - (int(done.group(1).replace(",", "")) if done else 0)
+        running += status.startswith("running")
+        protocol = "paper" if "__paper" in folder else "ours"
+        rate = known.get((env, protocol)) or next((r for (e, _), r in known.items() if e == env), None)
+        if rate is None:
+            return f"to go: no finished record of {env} to measure a rate from"
+        train, evaluation = rate
+        left_s += steps_left * train + (EVAL_EPISODES * steps_left / total + FINAL_GAMES.get(env, 0)) * evaluation
+        runs += 1
+    return (f"to go: {runs} runs ({running} running), ~{left_s / 3600:.0f} h of runs, ~{left_s / 7200:.0f} h two at "
+            f"a time, at the median rates of the finished records (python scripts/run_costs.py)")
+
+
 def main(argv: list[str]) -> int:
+    remaining = "--to-go" in argv
+    argv = [a for a in argv if a != "--to-go"]
     if len(argv) > 1 or (argv and argv[0].startswith("-")):
-        print("usage: python scripts/run_costs.py [RECORDS]", file=sys.stderr)
+        print("usage: python scripts/run_costs.py [--to-go] [RECORDS]", file=sys.stderr)
         return 2
     records = Path(argv[0]) if argv else ROOT / "results" / "fig1"
     if not records.is_dir():
         print(f"RECORDS: expected a folder of run records, got {str(records)!r}", file=sys.stderr)
         return 2
-    print(table(records))
+    print(to_go(sys.stdin.read(), records) if remaining else table(records))
     return 0
 
 

@@ -104,6 +104,23 @@ def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> Non
     assert full_budget_h("battle", 0.02, 1.0) == pytest.approx((run.num_timesteps * 0.02 + episodes) / 3600)
 
 
+def test_run_costs_to_go_adds_up_the_unfinished_listed_runs() -> None:
+    """``run_costs.py --to-go`` on ``grid list`` rows: finished runs cost nothing, a running one its steps left, a
+    pending one its whole budget (read from the block's common flags when the row has none), at the records'
+    median rates for its env and protocol."""
+    from run_costs import EVAL_EPISODES, FINAL_GAMES, rates, to_go
+
+    listing = "\n".join([
+        "fig1: experiments/fig1_paper.yaml", "entry\tenv\talgo\tseed\trun folder\tstatus\tflags",
+        "battle-ddqn\tbattle\tddqn\t1\tbattle__ddqn__s1__paper\tfinished\t",
+        "battle-ddqn\tbattle\tddqn\t2\tbattle__ddqn__s2__paper\trunning 50,000/100,000, ~9 min left\t",
+        "battle-ddqn\tbattle\tddqn\t3\tbattle__ddqn__s3__paper\t-\t",
+        "every run above also gets: --num-timesteps 100000 --protocol paper", "3 runs of 3"])
+    train, evaluation = rates(FIG1)[("battle", "paper")]
+    left = (150_000 * train + (EVAL_EPISODES * 1.5 + 2 * FINAL_GAMES["battle"]) * evaluation) / 3600
+    assert to_go(listing, FIG1).startswith(f"to go: 2 runs (1 running), ~{left:.0f} h of runs, ~{left / 2:.0f} h two")
+
+
 CLAIM_CELLS = 12
 """cells of a claim-table row (a final-score row has one per configuration plus the env)"""
 
@@ -192,6 +209,7 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     assert any("battle__ddqn__s2\tinterrupted 2,500/100,000, ~" in ln for ln in lines)  # time left at its pace
     assert not any("\t-\t" in ln for ln in lines)  # runs not started are left out
     assert "stage 1: 0 of 40 runs finished" in r.stdout and "stage 4: 0 of 16 runs finished" in r.stdout
+    assert re.search(r"^to go: \d+ runs \(0 running\), ~\d+ h of runs, ~\d+ h two at a time", r.stdout, re.M)
     assert "2 of 2 run folders have every evaluation row exactly once" in r.stdout
     (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n2500,-1,610\n")
     r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
