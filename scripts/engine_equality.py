@@ -8,7 +8,8 @@ parameter sharing), packs of two (pursuit's batched env with numpy replay; battl
 the joined relay), and the RLlib backend on the three envs. Budgets are a few fragments past learning_starts, so
 every phase (act, relay, store, learn, target sync, evaluation, checkpoint) runs. Bit equality holds between
 two checkouts on one machine (float rounding differs between CPUs), so record both sides on the same machine,
-with the same ``PYTHONHASHSEED`` (``record`` pins it to ``HASH_SEED``; RLlib runs depend on it).
+with the same ``PYTHONHASHSEED`` (``record`` pins it to ``HASH_SEED``; RLlib runs of commits before 2026-12-05
+depend on it).
 
 A final.pt's ``config`` is compared as the comparing checkout reads a stored config (``suPER.resolve.migrate``):
 a change of the config's layout that reads old run folders the same way compares equal, one that does not
@@ -51,9 +52,9 @@ TIMING = ("time", "throughput", "wall", "per_s", "sps", "seconds")
 
 
 HASH_SEED = "0"
-"""``PYTHONHASHSEED`` of the recorded runs (unless the caller set one): an RLlib run depends on the string hash
-seed (RLlib's connectors iterate sets of agent ids; docs/rllib.md, defect 11), so two recordings with the random
-default differ even on one checkout; the native trainers do not depend on it."""
+"""``PYTHONHASHSEED`` of the recorded runs (unless the caller set one): RLlib runs of commits before the fix of
+docs/rllib.md's defect 11 depend on the string hash seed (module build order, exploration order), so a comparison
+against such a commit needs one fixed value on both sides; the native trainers never depended on it."""
 
 
 def record(out: Path, cases: list[str]) -> None:

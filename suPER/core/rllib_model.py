@@ -129,6 +129,9 @@ class PaperDQNTorchRLModule(DefaultDQNTorchRLModule):
         self.af = net.advantage_module
         if self.uses_dueling:
             self.vf = net.value_module
+        seed = mc.get("paper_explore_seed")
+        self.explore_generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        """this module's own generator of exploration draws (``paper_explore_seed``; None: torch's global one)"""
 
     def _forward_exploration(self, batch: dict[str, Any], t: int) -> dict[str, Any]:
         """Epsilon-greedy with the random action uniform over *all* actions (the original and native).
@@ -136,13 +139,22 @@ class PaperDQNTorchRLModule(DefaultDQNTorchRLModule):
         ``DefaultDQNTorchRLModule`` draws the random action from ``multinomial(Q != 0)``: it treats an
         action whose Q-value is exactly 0.0 as masked, and raises when all are (e.g. the mlp body, whose
         biases start at zero, on an all-zero observation). Our envs have no action masks.
+
+        The draws come from this module's own generator when ``paper_explore_seed`` is set (``build_config`` sets
+        one per module): RLlib's connectors run the modules in the order of a set of agent ids, which follows
+        PYTHONHASHSEED, so with torch's one global generator which agent got which draw followed the hash seed.
         """
         q = self.compute_q_values(batch)[QF_PREDS]
         greedy = q.argmax(-1)
         self.epsilon_schedule.update(t)
         epsilon = self.epsilon_schedule.get_current_value()
-        random_actions = torch.randint(0, int(self.action_space.n), greedy.shape, device=greedy.device)
-        explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+        n = int(self.action_space.n)
+        if self.explore_generator is None:
+            random_actions = torch.randint(0, n, greedy.shape, device=greedy.device)
+            explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+        else:  # drawn on the CPU (where the generator lives), a few numbers per step
+            random_actions = torch.randint(0, n, greedy.shape, generator=self.explore_generator).to(greedy.device)
+            explore = (torch.rand(greedy.shape, generator=self.explore_generator) < epsilon).to(greedy.device)
         return {Columns.ACTIONS: torch.where(explore, random_actions, greedy)}
 
 

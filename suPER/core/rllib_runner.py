@@ -70,6 +70,12 @@ def paper_model_config(body: str, hiddens: int, obs_shape: tuple[int, ...], obs_
             "paper_obs_shape": [int(s) for s in obs_shape], "paper_obs_scale": float(obs_scale)}
 
 
+def explore_seed(seed: int, module_index: int) -> int:
+    """The seed of module ``module_index``'s exploration generator (``paper_explore_seed``) in a run seeded ``seed``:
+    independent streams per module from one SeedSequence, so no two agents explore in step."""
+    return int(np.random.SeedSequence((int(seed), int(module_index))).generate_state(1)[0])
+
+
 def _rllib_env_class() -> type:
     """``ArrayEnvAsRLlib``: our array env adapters as an RLlib MultiAgentEnv (built lazily: ray is heavy)."""
     import gymnasium as gym
@@ -162,6 +168,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     Returns:
         A suPERDQNConfig ready for ``build_algo()``.
     """
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from suPER.core.rllib_buffer import BUFFER_PATH
@@ -179,7 +186,7 @@ def build_config(cfg: ExperimentConfig) -> Any:
     model = paper_model_config(body, d.hiddens, tuple(spec.obs_shape), spec.obs_scale)
     if d.parameter_sharing:
         team = spec.team
-        policies, mapping = {team}, _SharedModule(team)
+        policies, mapping = [team], _SharedModule(team)
         batch = d.rows_per_update(spec.n_agents, len(spec.opponent_ids))
     else:
         from suPER.core.trainers import module_per_agent
@@ -196,7 +203,10 @@ def build_config(cfg: ExperimentConfig) -> Any:
         .env_runners(num_env_runners=0, num_envs_per_env_runner=1, rollout_fragment_length=d.rollout_fragment_length)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
         .multi_agent(policies=policies, policy_mapping_fn=mapping, count_steps_by="env_steps")
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=PaperDQNTorchRLModule), model_config=model)
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={
+            module: RLModuleSpec(module_class=PaperDQNTorchRLModule,
+                                 model_config={"paper_explore_seed": explore_seed(run.seed, i)})
+            for i, module in enumerate(policies)}), model_config=model)
         .training(
             lr=d.lr, gamma=d.gamma, adam_epsilon=d.adam_eps, grad_clip=d.grad_clip, grad_clip_by="global_norm",
             train_batch_size_per_learner=batch, n_step=1, double_q=d.double_q, dueling=d.dueling,

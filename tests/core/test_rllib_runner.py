@@ -175,11 +175,14 @@ def test_legacy_relay_is_the_same_on_both_backends(env: str) -> None:
         np.testing.assert_array_equal(prio[0], np.ones(p.n_relayed))
 
 
-def test_module_weights_do_not_depend_on_the_string_hash_seed(tmp_path: Path) -> None:
-    """RLlib builds the modules in the order of the ``policies`` it is given, each drawing its initial weights in
-    turn from torch's generator: given as a set, that order (and so which agent got which weights) followed
-    PYTHONHASHSEED. Two real ``train --backend rllib`` processes with different hash seeds and no update (learning
-    starts after the budget) end with the same weights in every module, and record their hash seed."""
+def test_an_rllib_run_does_not_depend_on_the_string_hash_seed(tmp_path: Path) -> None:
+    """RLlib builds the modules in the order of the ``policies`` it is given (a set's order follows PYTHONHASHSEED;
+    each module draws its initial weights in turn from torch's generator), and its connectors run the modules in the
+    order of a set of agent ids (so with one global generator, which agent got which exploration draw followed the
+    hash seed too). With the modules listed in agent order and each exploring from its own generator, two real
+    ``train --backend rllib`` processes with different hash seeds train the same run: same metrics rows (learning
+    and relaying), same weights in every module; each manifest records its hash seed."""
+    import csv
     import json
     import os
     import subprocess
@@ -189,13 +192,13 @@ def test_module_weights_do_not_depend_on_the_string_hash_seed(tmp_path: Path) ->
     from engine_equality import tensor_hashes
 
     sets = [f"{k}={v}" for k, v in TINY_ENV["pursuit"].items()]
-    hashes = []
+    hashes, rows = [], []
     for hash_seed in ("1", "2"):
         out = tmp_path / hash_seed
-        args = ["train", "--env", "pursuit", "--backend", "rllib", "--super", "--num-timesteps", "40",
+        args = ["train", "--env", "pursuit", "--backend", "rllib", "--super", "--num-timesteps", "80",
                 "--eval-interval", "40", "--eval-episodes", "1", "--no-progress", "--no-wandb", "--out", str(out),
-                "--set", "dqn.learning_starts=1000", "--set", "env.horizon=10", "--set", "dqn.hiddens=16",
-                *(a for s in sets for a in ("--set", s))]
+                "--set", "dqn.learning_starts=20", "--set", "dqn.batch_size=8", "--set", "env.horizon=20",
+                "--set", "dqn.hiddens=16", "--set", "relay.window=20", *(a for s in sets for a in ("--set", s))]
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "RAY_AUTH_MODE": "disabled"}
         res = subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, env=env,
                              timeout=600)
@@ -203,6 +206,11 @@ def test_module_weights_do_not_depend_on_the_string_hash_seed(tmp_path: Path) ->
         (run,) = [p for p in out.iterdir() if (p / "manifest.json").is_file()]
         assert json.loads((run / "manifest.json").read_text())["python_hash_seed"] == hash_seed
         hashes.append(tensor_hashes(run))
+        with (run / "metrics.csv").open() as f:
+            rows.append([{k: v for k, v in r.items() if "per_sec" not in k and "wall_time" not in k}
+                         for r in csv.DictReader(f)])
+    assert float(rows[0][-1]["updates"]) > 0 and float(rows[0][-1]["relayed_rows_total"]) > 0
+    assert rows[0] == rows[1]
     assert len(hashes[0]) > 3 * 4 and hashes[0] == hashes[1]  # 3 modules, each several tensors
 
 
