@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-shot GPU check for issues 15 and 16: run as ONE device `run` call, carry: [".whl"], in <= 8 minutes.
+# One-shot GPU check of the batched pursuit env, batched evaluation and packed runs (their CUDA numbers): run as
+# ONE device `run` call, carry: [".whl"], in <= 8 minutes.
 #
 #   run(command="bash benchmarks/device_check.sh", carry=[".whl"], timeout_s=540)
 #   DEVICE_CHECK_CPU=1 OUT=/tmp/dc bash benchmarks/device_check.sh     # dry run here: tiny sizes, CPU only
@@ -10,10 +11,11 @@
 #   1. install the carried wheels (.whl/, scripts/fetch_device_wheels.sh) into /tmp/site; PYTHONPATH = it + repo
 #   2. facts: nvidia-smi, torch / CUDA versions and device properties
 #   3. the gpu-marked tests that need no Ray (test_vec_pursuit, test_packed, test_relay, test_torch_per)
-#   4. benchmarks/packed.py on CUDA, packed only, R = 1, 39, 8 (39 = the paper grid's pursuit column; issue 16's
-#      target is >= 30,000 aggregate training env-steps/s), one process per R; a GPU-utilisation trace beside it;
-#      then --host-overhead at R = 1, 8, 39 (the pack's per-step work besides arithmetic, ms per pack step)
-#   5. benchmarks/envs.py, pursuit rows only: VecPursuitEnv at E = 1, 16, 256, 4096 on CUDA (issue 15)
+#   4. benchmarks/packed.py on CUDA, packed only, R = 1, 39, 8 (39 = the paper grid's pursuit column; the
+#      packed-runs target is >= 30,000 aggregate training env-steps/s), one process per R; a GPU-utilisation
+#      trace beside it; then --host-overhead at R = 1, 8, 39 (the pack's per-step work besides arithmetic, ms
+#      per pack step)
+#   5. benchmarks/envs.py, pursuit rows only: VecPursuitEnv at E = 1, 16, 256, 4096 on CUDA
 #   6. benchmarks/eval_batch.py: 20 x 500-step pursuit episodes, sequential (CPU) vs batched on CUDA
 #   7. with what is left: benchmarks/packed.py on the machine's CPUs, R = 8 packed vs 8 separate processes (a
 #      measured point for docs/performance.md's 16-core line; the dev machine has 2 cores)
@@ -115,7 +117,7 @@ EOF
 step gpu-tests 120 tests.txt "$PY" -m pytest -m gpu -o cache_dir="$SCRATCH/pytest" -q -rA \
   tests/envs/test_vec_pursuit.py tests/native/test_packed.py tests/core/test_relay.py tests/replay/test_torch_per.py
 
-# ---- 4. packed runs (issue 16), GPU utilisation sampled once a second beside them
+# ---- 4. packed runs (target at R = 39: >= 30,000 aggregate env-steps/s); GPU utilisation each second beside them
 UTIL_PID=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,clocks.sm --format=csv -l 1 \
@@ -136,11 +138,11 @@ done
 step packed-host 90 packed.txt "$PY" benchmarks/packed.py --devices "$DEV" --host-overhead $HOST_ARGS \
   --json "$SCRATCH/packed_host.json"
 
-# ---- 5. VecPursuitEnv rows on the device (issue 15); the CPU single game stays as the reference row
+# ---- 5. VecPursuitEnv rows on the device; the CPU single game stays as the reference row
 # shellcheck disable=SC2086
 step envs 90 envs.txt "$PY" benchmarks/envs.py --only pursuit --devices "$DEV" $ENV_ARGS --json "$SCRATCH/envs.json"
 
-# ---- 6. batched evaluation on the device vs sequential on CPU (issue 15)
+# ---- 6. batched evaluation on the device vs sequential on CPU
 # shellcheck disable=SC2086
 step eval 90 eval.txt "$PY" benchmarks/eval_batch.py --device "$DEV" --envs pursuit --run-steps 0 $EVAL_ARGS
 
