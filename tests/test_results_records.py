@@ -17,7 +17,8 @@ from suPER.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG1 = ROOT / "results" / "fig1"
-RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir()) if FIG1.is_dir() else []
+RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") if FIG1.is_dir() else []
+"""every run record (``plot results/fig1`` writes its figures into results/fig1/figures, ignored by git)"""
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
