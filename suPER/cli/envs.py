@@ -12,7 +12,7 @@ from suPER.cli.common import UserError, print_table
 
 def envs(
     names: Annotated[list[str] | None, typer.Argument(
-        metavar="[ENV]...", help="describe these envs as training sees them (spelled as --env takes them, e.g. "
+        metavar="ENV", help="describe these envs as training sees them (spelled as --env takes them, e.g. "
                                  "battle or pettingzoo:mpe2.simple_spread_v3:parallel_env); none: list every env")] = None,
 ) -> None:
     """List the environments with their learners, opponents and spaces; with ENV names, describe those: each
