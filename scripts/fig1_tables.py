@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
-    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare]
+    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|costs]
     python scripts/fig1_tables.py --update docs/results.md      # after --collect: every part's tables at once
 
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
@@ -10,8 +10,8 @@ every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env an
 random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis``
 computes it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games
 (each run's ``final_games.json``). ``compare``: each claim's verdict under both protocols
-(``analysis.protocol_comparison``). ``tests/test_results_records.py`` checks that results.md's tables hold these
-numbers.
+(``analysis.protocol_comparison``). ``costs``: what the runs cost and a full-budget run would need
+(``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
 """
 
 from __future__ import annotations
@@ -128,12 +128,17 @@ def markdown(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, s
 
 SECTIONS = {"compare": ("### Verdicts by protocol", "### Under the paper's protocol"),
             "paper": ("#### Results so far", "### Under our protocol"),
-            "ours": ("#### Results (", "#### Honest notes")}
-"""protocol -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""
+            "ours": ("#### Results (", "#### Honest notes"),
+            "costs": ("### What the full budget needs", "\n## ")}
+"""part -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""
 
 
 def tables(curves: list[plotting.RunCurve], records: Path, protocol: str) -> str:
     """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines."""
+    if protocol == "costs":  # scripts/run_costs.py's table (its closing count line is prose, not a table)
+        from run_costs import table
+
+        return "\n".join(line for line in table(records).splitlines() if line.startswith("|"))
     if protocol == "compare":
         return comparison(curves)
     if protocol == "paper":
@@ -173,7 +178,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
-    parser.add_argument("--protocol", choices=("ours", "paper", "compare"), default="ours")
+    parser.add_argument("--protocol", choices=("ours", "paper", "compare", "costs"), default="ours")
     parser.add_argument("--update", metavar="RESULTS_MD", help="write every part's tables into this file (results.md: "
                         "each part's tables replaced in order, its prose kept) instead of printing one part")
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") i
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES  # noqa: E402
-from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown, replace_tables  # noqa: E402
+from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown, replace_tables, tables  # noqa: E402
 
 DIRTY_GRID_FILE = ("battle__ddqn_super_gaussian__s[123]", "adversarial_pursuit__ddqn_super_gaussian__s[123]")
 """Runs whose manifests may say ``<commit>-dirty``: session 16 ran them in the worktree pinned at the campaign's
@@ -128,13 +128,15 @@ CLAIM_CELLS = 12
 
 COMPARISON_CELLS = 9
 """cells of a row of the protocol comparison (env, claim, then runs, difference and verdict per protocol, same)"""
+COST_CELLS = 8
+"""cells of a row of the run-cost table (env, protocol, CPU, then runs, wall times, rates, full budget)"""
 
 
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
     """Markdown table rows by key: a final-score row by its env cell, a final-games row by its configuration, a
-    claim row by (env, SUPER rule, baseline), a comparison row by (env, claim)."""
+    claim row by (env, SUPER rule, baseline), a comparison row by (env, claim), a cost row by (env, protocol, CPU)."""
     rows = {}
-    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2}
+    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, COST_CELLS: 3}
     for line in text.splitlines():
         if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -182,6 +184,7 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
                         markdown(paper, PAPER_CONFIGURATIONS) + "\n\n" + final_games(FIG1, PAPER_CONFIGURATIONS))
     _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Under the paper's protocol"),
                         comparison(curves))
+    _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
 
 
 def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
