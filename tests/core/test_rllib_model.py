@@ -155,16 +155,20 @@ def test_rejects_distributional_and_bad_obs() -> None:
                                             "paper_body": "conv"})
 
 
-@pytest.mark.parametrize("model", ["conv", "mlp"])
-def test_runner_config_uses_the_paper_module(model: str) -> None:
-    cfg = resolve("pursuit", overrides={"dqn.model": model, "dqn.hiddens": 32})
+def first_module_spec(cfg: Any) -> Any:
+    """The RLModuleSpec of the first module of the runner's config for ``cfg`` (built against its env)."""
     config = build_config(cfg)
     env = config.env(config.env_config)
     try:
         spec = config.get_multi_rl_module_spec(env=env)
     finally:
         env.close()
-    sub = next(iter(spec.rl_module_specs.values()))
+    return next(iter(spec.rl_module_specs.values()))
+
+
+@pytest.mark.parametrize("model", ["conv", "mlp"])
+def test_runner_config_uses_the_paper_module(model: str) -> None:
+    sub = first_module_spec(resolve("pursuit", overrides={"dqn.model": model, "dqn.hiddens": 32}))
     assert sub.module_class is PaperDQNTorchRLModule
     module = sub.build()
     assert module.paper_config == {"obs_shape": OBS_SHAPE, "n_actions": N_ACTIONS, "body": model, "dueling": True,
@@ -175,13 +179,7 @@ def test_runner_config_scales_uint8_images_as_the_native_network() -> None:
     """A PettingZoo env of uint8 images (tests/envs/tiny_pz.py's image_env): the module's encoder reads x / 255,
     as the native network (``EnvSpec.obs_scale``); a model config without the key builds an unscaled module."""
     cfg = resolve("pettingzoo:tests.envs.tiny_pz:image_env", overrides={"dqn.hiddens": 16})
-    config = build_config(cfg)
-    env = config.env(config.env_config)
-    try:
-        spec = config.get_multi_rl_module_spec(env=env)
-    finally:
-        env.close()
-    module = next(iter(spec.rl_module_specs.values())).build()
+    module = first_module_spec(cfg).build()
     assert module.paper_config["body"] == "conv" and module.paper_config["obs_scale"] == 1 / 255
     scaled = to_reference(module)
     assert scaled.obs_scale == 1 / 255
