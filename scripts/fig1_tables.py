@@ -56,7 +56,7 @@ def claim_rows(curves: list[plotting.RunCurve]) -> list[dict]:
     scores = analysis.scores_by_configuration(curves)
     with tempfile.TemporaryDirectory() as tmp:  # measurements the shipped data lack would land here
         random = analysis.random_returns(curves, Path(tmp) / "random_returns.json")
-    margins = analysis.margins_of(analysis.normalize(scores, random)[1])
+    margins = analysis.protocol_margins(scores, random)
     order = {env: i for i, (env, _) in enumerate(ENVS)}
     rows = analysis.claim_table(scores, margins=margins, windows=analysis.window_scores(curves))
     return sorted(rows, key=lambda r: order.get(r["env"], len(order)))

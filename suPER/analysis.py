@@ -187,14 +187,15 @@ CLAIM_COLUMNS = ("env", "protocol", "claim", "super", "baseline", "super_runs", 
 
 
 def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 2000,
-                margins: dict[str, float] | None = None,
+                margins: dict[tuple[str, str], float] | None = None,
                 windows: dict[str, dict[str, dict[str, np.ndarray]]] | None = None) -> list[dict[str, Any]]:
     """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``).
 
     The family of a test is its env under one protocol: Welch's p and the TOST p are Holm-adjusted over that env's
     claim rows of that protocol (``stats.holm``), and the verdict uses the adjusted values. The two protocols are
-    two experiments, each asking the paper's questions once, so runs of one never change the other's verdicts. ``tost_margin`` (from ``margins``, per env:
-    ``EQUIVALENCE_MARGIN x (best - random)``) makes equivalence decidable; without one no row is equivalent.
+    two experiments, each asking the paper's questions once, so runs of one never change the other's verdicts.
+    ``tost_margin`` (from ``margins``, per env and protocol: ``protocol_margins``) makes equivalence decidable;
+    without one no row is equivalent.
     ``windows`` (window name -> the scores under that final-score definition, ``WINDOWS``) adds each row's verdict
     under each, and ``fragile`` when any differs from this table's. ``seeds_for_power``: runs per side for 80% power
     at the observed effect with alpha = 0.05 / (family size), the bar the row's smallest p must pass under Holm;
@@ -203,7 +204,7 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
     Args:
         scores: env -> configuration -> final scores (``scores_by_configuration``).
         n_resamples: bootstrap resamples of the CIs.
-        margins: env -> TOST margin in the score's units.
+        margins: (env, protocol) -> TOST margin in the score's units (``protocol_margins``).
         windows: window name -> scores as ``scores``, for the robustness of each verdict.
     """
     margins = margins or {}
@@ -220,18 +221,19 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
 
 
 def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
-                 margins: dict[str, float]) -> list[dict[str, Any]]:
+                 margins: dict[tuple[str, str], float]) -> list[dict[str, Any]]:
     """The claim rows of every env with Holm-adjusted p-values and verdicts (``claim_table`` without windows), one
     Holm family per (env, protocol)."""
     families: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for env, by_cfg in scores.items():
-        margin = margins.get(env, float("nan"))
         for claim, sup, base in claims(list(by_cfg)):
             x, y = by_cfg[sup], by_cfg[base]
+            protocol = protocol_of(claim)
+            margin = margins.get((env, protocol), float("nan"))
             lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
             plo, phi = bootstrap_ci((x, y), probability_of_improvement, n_resamples=n_resamples)
-            families.setdefault((env, protocol_of(claim)), []).append({
-                           "env": env, "protocol": protocol_of(claim), "claim": claim, "super": sup, "baseline": base,
+            families.setdefault((env, protocol), []).append({
+                           "env": env, "protocol": protocol, "claim": claim, "super": sup, "baseline": base,
                            "super_runs": len(x), "baseline_runs": len(y),
                            "iqm_difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
                            "probability_of_improvement": float(probability_of_improvement(x, y)),
@@ -531,7 +533,8 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
              f"raw and Holm-adjusted over each env's claims under one protocol (families: {families or '-'}). "
              "Verdict on the adjusted "
              "p: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), equivalent (CI contains 0 and "
-             f"the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} x (best - random) of the env), "
+             f"the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} x (best - random) of the env under "
+             "the claim's protocol), "
              "inconclusive otherwise (or fewer than 2 runs a side). Fragile: the verdict differs under another "
              "final-score window (last 5%, 10%, 20% of evaluations, AUC = all of them). Seeds: runs per side for 80% "
              "power at the observed effect (alpha 0.05 / family size), for inconclusive rows.", "",
@@ -679,9 +682,18 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     return png, svg
 
 
-def margins_of(info: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """env -> TOST margin: ``EQUIVALENCE_MARGIN x (best - random)`` of each env that could be normalized."""
-    return {env: EQUIVALENCE_MARGIN * (r["best"] - r["random"]) for env, r in info.items() if r["used"]}
+def protocol_margins(scores: dict[str, dict[str, np.ndarray]], random: dict[str, float]) -> dict[tuple[str, str], float]:
+    """(env, protocol) -> TOST margin: ``EQUIVALENCE_MARGIN x (best - random)``, ``best`` the best configuration of
+    that protocol in that env (``normalize`` of the protocol's scores), for each pair that could be normalized. Per
+    protocol, as the Holm family: one protocol's runs never move the other's equivalence verdicts."""
+    out: dict[tuple[str, str], float] = {}
+    for protocol in ("paper", "ours"):
+        mine = {env: {lab: s for lab, s in by_cfg.items() if plotting.is_paper(lab) == (protocol == "paper")}
+                for env, by_cfg in scores.items()}
+        _, info = normalize({env: by_cfg for env, by_cfg in mine.items() if by_cfg}, random)
+        out.update({(env, protocol): EQUIVALENCE_MARGIN * (r["best"] - r["random"]) for env, r in info.items()
+                    if r["used"]})
+    return out
 
 
 def window_scores(curves: Sequence[RunCurve], but: float = MAIN_WINDOW) -> dict[str, dict[str, dict[str, np.ndarray]]]:
@@ -716,7 +728,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     norm, info = normalize(scores, random)
     say(f"analysis: claim table (Holm per env and protocol, TOST, {len(WINDOWS)} final-score windows, {n_resamples} bootstrap "
         f"resamples)")
-    rows = claim_table(scores, n_resamples, margins_of(info), window_scores(curves, last_fraction))
+    rows = claim_table(scores, n_resamples, protocol_margins(scores, random), window_scores(curves, last_fraction))
     paths["claims_csv"], paths["claims_md"] = write_claims(rows, out_dir, f"{prefix}claims")
     paths["protocols_csv"], paths["protocols_md"] = write_protocol_comparison(rows, out_dir, f"{prefix}protocols")
     say("analysis: aggregates across envs")

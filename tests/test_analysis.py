@@ -372,8 +372,8 @@ def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_kno
         # share-all 20/3 above SUPER for 18 of 20 evaluations, 60 below for the last 2: the same mean over all 20
         curves.append(_curve("e", "ddqn_super_gaussian [shareall]", s, [100 + noise + 20 / 3] * 18 + [40 + noise] * 2))
     scores = A.scores_by_configuration(curves)
-    margins = A.margins_of(A.normalize(scores, {"e": 0.0})[1])
-    assert margins == {"e": pytest.approx(0.1 * 100.0)}  # best ~100, random 0
+    margins = A.protocol_margins(scores, {"e": 0.0})
+    assert margins == {("e", "ours"): pytest.approx(0.1 * 100.0)}  # best ~100, random 0
     rows = {r["claim"]: r for r in A.claim_table(scores, 500, margins, A.window_scores(curves))}
     none, ps, share = rows["SUPER-quantile - no sharing"], rows["SUPER-quantile - parameter sharing"], \
         rows["SUPER-quantile - share-all"]
@@ -391,8 +391,9 @@ def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_kno
 
 
 def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_verdicts(tmp_path: Path) -> None:
-    """Both protocols in one results tree: the paper protocol's claims are adjusted among themselves, so adding them
-    leaves our protocol's adjusted p and verdicts exactly as without them; the comparison table puts each claim's
+    """Both protocols in one results tree: the paper protocol's claims are adjusted among themselves and its TOST
+    margin comes from its own best configuration, so adding them leaves our protocol's adjusted p, margins and
+    verdicts exactly as without them; the comparison table puts each claim's
     two verdicts side by side (paper: SUPER far ahead, holds; ours: SUPER level, inconclusive -> 'no'), and a claim
     one protocol lacks shows '-'."""
     rng = np.random.default_rng(0)
@@ -403,12 +404,18 @@ def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_ver
                  _curve("e", "ddqn_ps", s, [49 + rng.normal(0, 5)] * 10)]
         paper += [_curve("e", "ddqn_super_quantile (paper)", s, [100 + s] * 10),
                   _curve("e", "ddqn (paper)", s, [s] * 10)]
-    alone = {r["claim"]: r for r in A.claim_table(A.scores_by_configuration(ours), 300)}
-    both_rows = A.claim_table(A.scores_by_configuration(ours + paper), 300)
+    random = {"e": 0.0}
+    alone_scores, both_scores = A.scores_by_configuration(ours), A.scores_by_configuration(ours + paper)
+    margins = A.protocol_margins(both_scores, random)  # each protocol's own best: ours ~50, the paper's 103
+    assert margins[("e", "ours")] == pytest.approx(A.protocol_margins(alone_scores, random)[("e", "ours")])
+    assert margins[("e", "paper")] == pytest.approx(0.1 * 103.0) and margins[("e", "ours")] < 0.1 * 60.0
+    alone = {r["claim"]: r for r in A.claim_table(alone_scores, 300, A.protocol_margins(alone_scores, random))}
+    both_rows = A.claim_table(both_scores, 300, margins)
     both = {r["claim"]: r for r in both_rows}
     assert [r["protocol"] for r in both_rows] == ["paper", "ours", "ours"]  # the paper protocol's first
     for claim, r in alone.items():
-        assert both[claim]["welch_p_holm"] == pytest.approx(r["welch_p_holm"], rel=1e-12)
+        for key in ("welch_p_holm", "tost_margin", "tost_p_holm"):
+            assert both[claim][key] == pytest.approx(r[key], rel=1e-12), key
         assert both[claim]["verdict"] == r["verdict"] and both[claim]["family"] == "e (ours): 2 claims"
     mine = both["SUPER-quantile - no sharing (paper)"]
     assert mine["family"] == "e (paper): 1 claims" and mine["welch_p_holm"] == pytest.approx(mine["welch_p"])
