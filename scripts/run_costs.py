@@ -62,21 +62,33 @@ def full_budget_h(env: str, train_s_per_step: float, eval_s_per_episode: float) 
     return (run.num_timesteps * train_s_per_step + episodes * eval_s_per_episode) / 3600
 
 
-def table(records: Path) -> str:
-    """The markdown table of the module docstring, one row per (env, protocol, CPU)."""
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+def grouped_costs(records: Path, *fields: str) -> tuple[dict[tuple[str, ...], list[dict]], int]:
+    """The ``run_cost`` records of the run folders in ``records``, grouped by the values of ``fields``; and how many
+    folders were left out (resumed or unfinished)."""
+    groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
     skipped = 0
     for folder in sorted(p for p in records.iterdir() if (p / "manifest.json").is_file()):
         cost = run_cost(folder)
         if cost is None:
             skipped += 1
-            continue
-        groups[(cost["env"], cost["protocol"], cost["cpu"])].append(cost)
+        else:
+            groups[tuple(cost[f] for f in fields)].append(cost)
+    return groups, skipped
+
+
+def medians(costs: list[dict]) -> tuple[float, float]:
+    """(median training s per env step, median evaluation s per episode) of some runs' costs."""
+    return (statistics.median(c["train_s_per_step"] for c in costs),
+            statistics.median(c["eval_s_per_episode"] for c in costs))
+
+
+def table(records: Path) -> str:
+    """The markdown table of the module docstring, one row per (env, protocol, CPU)."""
+    groups, skipped = grouped_costs(records, "env", "protocol", "cpu")
     lines = ["| env | protocol | CPU | runs | wall time per run (h) | training (ms per env step) | "
              "evaluation (s per episode) | full budget (h per run) |", "|---|---|---|---:|---|---:|---:|---:|"]
     for (env, protocol, cpu), costs in sorted(groups.items()):
-        train = statistics.median(c["train_s_per_step"] for c in costs)
-        evaluation = statistics.median(c["eval_s_per_episode"] for c in costs)
+        train, evaluation = medians(costs)
         walls = sorted(c["wall_h"] for c in costs)
         lines.append(f"| {env} | {protocol} | {cpu} | {len(costs)} | {walls[0]:.2f}-{walls[-1]:.2f} | "
                      f"{1000 * train:.1f} | {evaluation:.2f} | {full_budget_h(env, train, evaluation):.1f} |")
@@ -84,15 +96,9 @@ def table(records: Path) -> str:
     return "\n".join(lines)
 
 
-def rates(records: Path) -> dict[tuple[str, str], tuple[float, float]]:
-    """(env, protocol) -> (median training s per env step, median evaluation s per episode) of the records."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for folder in sorted(p for p in records.iterdir() if (p / "manifest.json").is_file()):
-        cost = run_cost(folder)
-        if cost is not None:
-            groups[(cost["env"], cost["protocol"])].append(cost)
-    return {k: (statistics.median(c["train_s_per_step"] for c in v), statistics.median(c["eval_s_per_episode"] for c in v))
-            for k, v in groups.items()}
+def rates(records: Path) -> dict[tuple[str, ...], tuple[float, float]]:
+    """(env, protocol) -> ``medians`` of the records' runs."""
+    return {key: medians(costs) for key, costs in grouped_costs(records, "env", "protocol")[0].items()}
 
 
 EVAL_EPISODES = 41 * 10

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suPER.models import BatchedLinear, GroupedConv2d, conv_flat_size, scale_obs
+from suPER.models import BatchedLinear, GroupedConv2d, check_obs_scale, conv_flat_size, scale_obs
 
 HIDDEN = 64
 """width of the SEAC paper's MLP layers (and of the conv body's dense layer)"""
@@ -59,9 +59,7 @@ class SEACNet(nn.Module):
     def __init__(self, n_policies: int, obs_shape: tuple[int, ...], n_actions: int,
                  body: Literal["mlp", "conv"] = "mlp", obs_scale: float = 1.0) -> None:
         super().__init__()
-        if not (math.isfinite(obs_scale) and obs_scale > 0):
-            raise ValueError(f"obs_scale must be a finite number > 0, got {obs_scale!r}")
-        self.obs_scale = float(obs_scale)
+        self.obs_scale = check_obs_scale(obs_scale)
         if body not in ("mlp", "conv"):
             raise ValueError(f"body must be 'mlp' or 'conv', got {body!r}")
         if body == "conv" and len(obs_shape) != 3:

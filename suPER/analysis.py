@@ -587,8 +587,8 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for out in by_claim.values():
         both = "-" not in (out["paper_verdict"], out["ours_verdict"])
         out["same_verdict"] = ("yes" if out["paper_verdict"] == out["ours_verdict"] else "no") if both else "-"
-    order = sorted(by_claim, key=lambda k: [r["env"] for r in rows].index(k[0]))
-    return [by_claim[k] for k in order]
+    env_order = list(dict.fromkeys(r["env"] for r in rows))
+    return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
 
 
 def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,

@@ -45,11 +45,7 @@ def _describe(names: list[str]) -> None:
     rows = []
     for typed in names:
         try:
-            name = C.canonical_env_name(typed)
-            if not C.is_env_name(name):
-                raise C.ConfigError(f"expected one of {', '.join(C.ENV_NAMES)} or {C.PETTINGZOO_SPELLING}, "
-                                    f"got {typed!r}")
-            info = env_info(name)
+            info = env_info(C.canonical_env_name(typed))
         except (C.ConfigError, UnusableEnvError) as exc:
             raise UserError(f"ENV: {str(exc).removeprefix('--env: ').removeprefix('env.name: ')}") from None
         scale = info["obs_scale"]

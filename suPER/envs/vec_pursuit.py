@@ -479,7 +479,7 @@ class VecPursuitEnv:
 
         obs_ENO = self._observe(self._games_E, p1_EN, active_E)
         self._obs_ENO = obs_ENO
-        self._alive_EN = (active_E & ~term_E)[:, None].expand(e, n).clone()
+        self._alive_EN = (active_E & ~term_E)[:, None].expand(e, n)  # never written in place (reset: index_fill)
         return BatchStepResult(
             obs_ENO=obs_ENO,
             reward_EN=acc_EN.to(torch.float32),

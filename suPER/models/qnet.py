@@ -102,7 +102,7 @@ def _body_out(body: str, hiddens: int) -> int:
     return hiddens if body == "conv" else MLP_HIDDENS[-1]
 
 
-def _check_scale(obs_scale: float) -> float:
+def check_obs_scale(obs_scale: float) -> float:
     """``obs_scale`` as a float; ValueError unless finite and > 0."""
     scale = float(obs_scale)
     if not math.isfinite(scale) or scale <= 0:
@@ -190,7 +190,7 @@ class ReferenceQNet(nn.Module):
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
-        self.obs_scale = _check_scale(obs_scale)
+        self.obs_scale = check_obs_scale(obs_scale)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
             c = self.obs_shape[2]
@@ -353,7 +353,7 @@ class BatchedQNet(nn.Module):
         self.body = body
         self.dueling = bool(dueling)
         self.hiddens = int(hiddens)
-        self.obs_scale = _check_scale(obs_scale)
+        self.obs_scale = check_obs_scale(obs_scale)
         self.body_out = _body_out(body, hiddens)
         if body == "conv":
             chans = (self.obs_shape[2], *CONV_CHANNELS)
