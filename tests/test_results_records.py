@@ -94,22 +94,20 @@ def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> Non
     its full-budget hours are the paper's budget at the row's rates."""
     from run_costs import full_budget_h, run_cost, table
 
-    from suPER.resolve import resolve
 
     costs = [c for c in map(run_cost, RUNS) if c is not None]
     text = table(FIG1)
     for env, protocol in {(c["env"], c["protocol"]) for c in costs}:
         assert any(line.startswith(f"| {env} | {protocol} |") for line in text.splitlines()), (env, protocol)
-    run = resolve("battle").run
-    episodes = (run.eval_points + 1) * run.eval_episodes + run.final_games
-    assert full_budget_h("battle", 0.02, 1.0) == pytest.approx((run.num_timesteps * 0.02 + episodes) / 3600)
+    # the paper's battle run: 300k env steps, 200 evaluations x 20 episodes plus step 0's, 100 final games
+    assert full_budget_h("battle", 0.02, 1.0) == pytest.approx((300_000 * 0.02 + (201 * 20 + 100) * 1.0) / 3600)
 
 
 def test_run_costs_to_go_adds_up_the_unfinished_listed_runs() -> None:
     """``run_costs.py --to-go`` on ``grid list`` rows: finished runs cost nothing, a running one its steps left, a
     pending one its whole budget (read from the block's common flags when the row has none), at the records'
     median rates for its env and protocol."""
-    from run_costs import EVAL_EPISODES, FINAL_GAMES, rates, to_go
+    from run_costs import rates, to_go
 
     listing = "\n".join([
         "fig1: experiments/fig1_paper.yaml", "entry\tenv\talgo\tseed\trun folder\tstatus\tflags",
@@ -118,7 +116,8 @@ def test_run_costs_to_go_adds_up_the_unfinished_listed_runs() -> None:
         "battle-ddqn\tbattle\tddqn\t3\tbattle__ddqn__s3__paper\t-\t",
         "every run above also gets: --num-timesteps 100000 --protocol paper", "3 runs of 3"])
     train, evaluation = rates(FIG1)[("battle", "paper")]
-    left = (150_000 * train + (EVAL_EPISODES * 1.5 + 2 * FINAL_GAMES["battle"]) * evaluation) / 3600
+    # 1.5 runs' env steps and evaluations (41 x 10 episodes a run), and two runs' 100 final games
+    left = (150_000 * train + (410 * 1.5 + 2 * 100) * evaluation) / 3600
     assert to_go(listing, FIG1).startswith(f"to go: 2 runs (1 running), ~{left:.0f} h of runs, ~{left / 2:.0f} h two")
 
 
