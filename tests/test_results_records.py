@@ -94,7 +94,6 @@ def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> Non
     its full-budget hours are the paper's budget at the row's rates."""
     from run_costs import full_budget_h, run_cost, table
 
-
     costs = [c for c in map(run_cost, RUNS) if c is not None]
     text = table(FIG1)
     for env, protocol in {(c["env"], c["protocol"]) for c in costs}:
