@@ -12,7 +12,7 @@
 #
 #   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
-#   bash scripts/fig1_campaign.sh [--worktree DIR] --status     # running or not, each run's progress, rows checked
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --status     # running or not, each run's progress, time to go, rows checked
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/fig1 (commit them)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
@@ -52,14 +52,21 @@ case "${1:-}" in
       (set -f; RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt"/$1 --out "$wt/runs/fig1")
     }
     for grid in "$OURS --seeds 5" "$PAPER --seeds 5"; do  # every started run of the campaign folder
-      list "$grid" | grep -vE $'\t(-|pending)\t' || true
+      list "$grid" | grep -vE $'\t(-|pending)\t|^(to go|rates|no estimate)' || true
     done
-    k=0; all=""
-    while read -r line; do
-      k=$((k + 1)); listed=$(list "$line"); all+="$listed"$'\n'
-      echo "stage $k: $(grep -c $'\tfinished' <<< "$listed" || true) of $(tail -n 1 <<< "$listed" | cut -d' ' -f1) runs finished"
+    k=0; togo=""
+    while read -r line; do  # per stage: runs finished, and grid list's time to go at the measured rates
+      k=$((k + 1)); listed=$(list "$line")
+      runs=$(grep -E '^[0-9]+ runs of' <<< "$listed" | cut -d' ' -f1)
+      echo "stage $k: $(grep -c $'\tfinished' <<< "$listed" || true) of $runs runs finished"
+      grep -E '^(to go|rates|no estimate)' <<< "$listed" | sed 's/^/  /'
+      togo+=$(grep -E '^to go' <<< "$listed")$'\n'
     done < <(stages)
-    "$py" "$repo/scripts/run_costs.py" --to-go "$repo/results/fig1" <<< "$all"
+    # all stages: the sum of their hours of runs (grid list prints h, min or s)
+    awk 'match($0, /~[0-9.]+ (h|min|s) of runs/) { split(substr($0, RSTART + 1, RLENGTH - 1), a, " ");
+           s += a[1] * (a[2] == "h" ? 3600 : a[2] == "min" ? 60 : 1) }
+         match($0, /^to go: [0-9]+ runs/) { split(substr($0, RSTART, RLENGTH), b, " "); n += b[3] }
+         END { printf "to go, all stages: %d runs, ~%.0f h of runs, ~%.0f h two at a time\n", n, s / 3600, s / 7200 }' <<< "$togo"
     exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
   --collect)
     exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;

@@ -4,17 +4,11 @@ The figure's grid (``FIGURES``) is expanded as ``grid run`` would, optionally sc
 paper's budgets (``run.num_timesteps`` of ``experiments/envs/<env>.yaml``: pursuit 800k, battle 300k,
 adversarial pursuit 600k env steps) and optionally layered with another grid file's ``defaults`` /
 ``env_defaults`` (``--layer experiments/smoke.yaml``: small maps, MLP nets, for checks). Before anything
-runs, the plan is printed: runs, env steps still to train and an estimated wall time::
-
-    wall ~= sum over runs to do of (env steps left x pace[env]) / parallel runs
-
-with ``pace[env]`` the median wall seconds per env step of the runs of that env already under the output
-folder, finished or not (``wall_time_s / env_steps`` of their last evaluation row: training, evaluations
-and checkpoints at this campaign's evaluation density and parallelism, on this machine); for an env with
-no run there yet, ``1 / DEFAULT_THROUGHPUT[env] + evaluation steps per env step x DEFAULT_EVAL_S_PER_STEP[env]``
-(measured in the Figure 1 campaign, stated with its source). ``parallel runs`` = this machine's CPUs / CPUs
-per run (locally). An unfinished run counts the env steps it has left (its last evaluation row).
-The runs then go through the same code as ``grid run``
+runs, the plan is printed: runs, env steps still to train and an estimated wall time, each run to do priced by
+``suPER.costs`` (the median training seconds per env step and evaluation seconds per episode of the finished runs
+of its env and protocol, under the output folder first, then in the committed Figure 1 records; the source is
+printed), an unfinished run for the env steps it has left, summed and divided by the runs at a time (this
+machine's CPUs / CPUs per run). The runs then go through the same code as ``grid run``
 (Ray Tune, ``campaigns.run_grid``) or, with ``--address``, ``grid submit`` (one job per run, waited for);
 finished runs are skipped and unfinished ones resume, so running the command again continues. It ends by
 drawing the figure, the final-performance table, the claim table and the aggregates (``analysis.report``)
@@ -24,14 +18,13 @@ and the marl-eval JSON into ``OUT/figures/``.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suPER import config as C
+from suPER import costs
 from suPER.campaigns.grid import Grid, GridRun, _load_raw, _merge, load_grid, parse_filter
 from suPER.resolve import resolve
 
@@ -56,36 +49,6 @@ FIGURES = {
                         title="SUPER's bandwidth: the learning team's return in training on pursuit"),
 }
 """``reproduce FIGURE`` -> its grid."""
-
-DEFAULT_THROUGHPUT = {"pursuit": 21.5, "battle": 4.75, "adversarial_pursuit": 7.6}
-"""Training env steps/s per run (evaluations and checkpoints excluded) where no run under OUT shows a pace."""
-
-DEFAULT_EVAL_S_PER_STEP = {"pursuit": 3.6 / 500, "battle": 12.5 / 500, "adversarial_pursuit": 10.8 / 500}
-"""Seconds per env step of greedy evaluation (checkpoint writing included), where no run under OUT shows a pace."""
-
-DEFAULT_THROUGHPUT_SOURCE = (
-    "default: measured in the Figure 1 campaign on this project's 2-core machine (AMD EPYC, 2 GHz), two runs side "
-    "by side with other work on the machine, commit c083f22, medians over its runs: training pursuit 21.5, battle "
-    "4.75, adversarial pursuit 7.6 env steps/s per run; evaluation with checkpoint 3.6 / 12.5 / 10.8 s per "
-    "500-step episode (MAgent evaluation there was sequential; batched since, so faster)")
-
-
-def default_pace(cfg: C.ExperimentConfig) -> float:
-    """Wall seconds per env step of a run at the default rates (``DEFAULT_THROUGHPUT``, ``DEFAULT_EVAL_S_PER_STEP``,
-    measured in the Figure 1 campaign), evaluations included: ``1 / rate + evaluation steps per env step x
-    evaluation cost``. KeyError for an env without a measured rate."""
-    n = cfg.run.num_timesteps
-    eval_steps = (n // cfg.eval_interval + 1) * cfg.run.eval_episodes * cfg.env.horizon  # the step-0 one too
-    return 1 / DEFAULT_THROUGHPUT[cfg.env.name] + eval_steps / n * DEFAULT_EVAL_S_PER_STEP[cfg.env.name]
-
-
-def run_seconds(cfg: C.ExperimentConfig) -> float | None:
-    """Estimated wall seconds of one DQN-family run (``default_pace`` x its budget); None where no rate was measured
-    (another env or algorithm)."""
-    if cfg.env.name not in DEFAULT_THROUGHPUT or C.ALGORITHMS[cfg.run.algo].section != "dqn":
-        return None
-    return cfg.run.num_timesteps * default_pace(cfg)
-
 
 def paper_budget(env: str) -> int:
     """The paper's training budget of ``env`` in env steps (its resolved ``run.num_timesteps``: the env YAML's value,
@@ -155,85 +118,48 @@ def default_out(grid: Grid, fraction: float | None, layer: Path | None) -> Path:
     return Path("runs") / name
 
 
-def measured_pace(out: Path) -> dict[str, tuple[float, int]]:
-    """Per env, the median wall seconds per env step of the run folders under ``out`` that are past their step-0
-    evaluation, finished or not, and how many runs that is (``wall_time_s / env_steps`` of the last row)."""
-    from statistics import median
-
-    from suPER.runs import RunFolder
-
-    seen: dict[str, list[float]] = {}
-    for config in Path(out).glob("*/config.json") if Path(out).is_dir() else []:
-        progress = RunFolder(config.parent).progress()
-        try:
-            env = json.loads(config.read_text())["env"]["name"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if progress is not None and progress.env_steps > 0 and progress.wall_time_s > 0:  # NaN fails too
-            seen.setdefault(env, []).append(progress.wall_time_s / progress.env_steps)
-    return {e: (float(median(v)), len(v)) for e, v in seen.items()}
-
-
 @dataclass
 class Estimate:
-    """The printed plan: runs, env steps and the estimated time."""
+    """The printed plan: runs, what the runs to do still need (``costs.ToGo``) and how many run at a time."""
 
     runs: int
     todo: list[GridRun]
     finished: int
-    env_steps: int
-    """env steps still to train (finished runs count 0, unfinished ones what they have left)"""
-    run_seconds: float
-    """sum over runs to do of their estimated time, one run per CPU"""
+    to_go: costs.ToGo
     parallel: int
-    pace: dict[str, tuple[float, str]]
-    """env -> (wall seconds per env step, evaluations included; where the number comes from)"""
 
     @property
     def wall_seconds(self) -> float:
-        """``run_seconds / parallel`` (the runs are many more than the cores)."""
-        return self.run_seconds / max(1, self.parallel)
+        """The runs' seconds over ``parallel`` (the runs are many more than the cores)."""
+        return self.to_go.seconds / max(1, self.parallel)
 
 
 def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
-    """Sort runs into finished / to do (``campaigns.plan_runs``) and estimate the time of those to do."""
+    """Sort runs into finished / to do (``campaigns.plan_runs``) and price those to do (``costs``: the finished runs
+    under ``out`` first, then the committed Figure 1 records); an unfinished run counts the env steps it has left."""
     from suPER.campaigns import plan_runs
-    from suPER.runs import RunFolder
+    from suPER.runs import RUNNING, RunFolder
 
     plan = plan_runs(runs, Path(out).resolve())
-    measured = measured_pace(out)
-    pace: dict[str, tuple[float, str]] = {}
-    steps = 0
-    seconds = 0.0
+    left = []
     for r in plan.todo:
-        cfg = r.config()
-        n = cfg.run.num_timesteps
-        if r.env not in pace:
-            if r.env in measured:
-                value, count = measured[r.env]
-                pace[r.env] = (value, f"median of {count} run(s) there")
-            else:
-                pace[r.env] = (default_pace(cfg), "default")
-        progress = RunFolder(Path(out) / r.run_name).progress()
-        left = max(n - progress.env_steps, 0) if progress is not None else n
-        steps += left
-        seconds += left * pace[r.env][0]
-    return Estimate(len(runs), plan.todo, len(plan.finished), steps, seconds, parallel, pace)
+        folder = RunFolder(Path(out) / r.run_name)
+        progress = folder.progress()
+        left.append((r.config(), progress.env_steps if progress is not None else 0, folder.status() == RUNNING))
+    return Estimate(len(runs), plan.todo, len(plan.finished), costs.to_go(left, costs.Pricing.of(out)), parallel)
 
 
 def describe(figure: str, est: Estimate, out: Path, where: str) -> str:
     """The plan as printed before anything runs."""
-    def hours(s: float) -> str:
-        return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
-
+    go = est.to_go
     lines = [f"reproduce {figure}: {est.runs} runs ({est.finished} finished, {len(est.todo)} to run), "
-             f"{est.env_steps:,} env steps to train -> {out}"]
-    if est.todo:
-        lines.append(f"estimated wall time {where}: {hours(est.wall_seconds)} ({hours(est.run_seconds)} of runs, "
-                     f"{est.parallel} at a time; training, evaluations and checkpoints)")
-        lines.append("pace: " + ", ".join(f"{e} {v:.3g} s per env step ({src})" for e, (v, src) in est.pace.items()))
-        if any(src == "default" for _, src in est.pace.values()):
-            lines.append(DEFAULT_THROUGHPUT_SOURCE)
+             f"{go.env_steps:,} env steps to train -> {out}"]
+    if go.sources:
+        lines.append(f"estimated wall time {where}: {costs.hours(est.wall_seconds)} ({costs.hours(go.seconds)} of "
+                     f"runs, {est.parallel} at a time; training, evaluations and checkpoints)")
+        lines.append(go.rates_line())
+    if go.unpriced:
+        lines.append(go.unpriced_line())
     return "\n".join(lines)
 
 
@@ -251,11 +177,6 @@ def draw(figure: str, out: Path, n_resamples: int = 2000) -> dict[str, Path]:
     paths["marl_eval"] = export.write_marl_eval(curves, figures / f"{figure}_marl_eval.json",
                                                 warn=lambda line: print(line, flush=True))
     return paths
-
-
-def local_parallel(cpus_per_trial: float) -> int:
-    """Runs Ray Tune keeps side by side here: CPUs / CPUs per run."""
-    return max(1, int((os.cpu_count() or 1) // max(cpus_per_trial, 1e-9)))
 
 
 def cluster_plan(grid: Grid, runs: Sequence[GridRun], out: str, cpus: float) -> Any:

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "core/__init__.py")),  # an empty package file, run by every import of suPER.core.selection
     ("config", ("config.py",)),
     ("rules", ("core/selection.py",)),
-    ("components", ("resolve.py", "flags.py", "envs", "models", "replay", "core/relay.py", "runs.py",
+    ("components", ("resolve.py", "flags.py", "envs", "models", "replay", "core/relay.py", "runs.py", "costs.py",
                     "evaluation.py", "plotting.py")),
     ("opponents", ("opponents",)),
     ("shared loop", ("loop.py",)),
@@ -42,7 +42,7 @@ listed by name belongs to its layer even inside a folder listed in another (``co
 - rules: the SUPER selection rules, each a record that declares and checks its own parameters;
 - components: a run's resolved config (config + the rule's record), the option table of ``train`` and the flag
   -> setting translation (``flags``), env adapters with random / learning
-  opponents, networks, replay, relay routing, run folders, evaluation episodes, plots;
+  opponents, networks, replay, relay routing, run folders and what runs cost, evaluation episodes, plots;
 - opponents: network opponent teams, and the env with its opponent team built (``make_env``, ``make_batch``);
 - shared loop: what every trainer shares (envs, evaluation schedule, checkpoints, resume);
 - trainers: the native trainers, the baselines, suPERDQN on RLlib and the ``--backend rllib`` runner;

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from suPER import config as C
+from suPER import costs
 from suPER import reproduce as R
-from suPER.campaigns import load_grid
 
 SMOKE = C.ROOT / "experiments" / "smoke.yaml"
 
@@ -38,68 +38,76 @@ def plan_numbers(stdout: str) -> tuple[int, int, int, float]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3).replace(",", "")), wall
 
 
+def expected_seconds(cfg: C.ExperimentConfig, done: int, rates: dict[tuple[str, str], costs.Rates]) -> float:
+    """A run's seconds left at a table of rates, spelled out: the training steps left at the training rate, the
+    evaluation episodes left (41 points of the paper's n / eval_points, never under one episode, plus step 0's)
+    and the final games at the evaluation rate; an (env, protocol) without rates takes its env's other protocol."""
+    r = rates.get((cfg.env.name, cfg.run.protocol)) or next(v for (e, _), v in rates.items() if e == cfg.env.name)
+    n = cfg.run.num_timesteps
+    interval = cfg.run.eval_interval or max(cfg.env.horizon, n // cfg.run.eval_points)
+    episodes = (n // interval + 1) * cfg.run.eval_episodes
+    return (n - done) * r.train_s_per_step + ((n - done) / n * episodes + cfg.run.final_games) * r.eval_s_per_episode
+
+
 @pytest.mark.parametrize("figure,fraction", [("fig1", None), ("fig1", 0.05), ("bandwidth", 0.5)])
 def test_dry_run_plans_runs_steps_and_estimate(tmp_path: Path, figure: str, fraction: float | None) -> None:
-    grid = load_grid(C.ROOT / R.FIGURES[figure].grid)
-    runnable = [r for r in grid.runs if not r.pending]
-    budgets = {r.run_name: (round(fraction * R.paper_budget(r.env)) if fraction else r.config().run.num_timesteps)
-               for r in runnable}
-    seconds = 0.0
-    for r in runnable:
-        cfg = r.config()
-        n = budgets[r.run_name]
-        # the paper's n / eval_points, never under one episode (a short run would mostly evaluate)
-        interval = cfg.run.eval_interval or max(cfg.env.horizon, n // cfg.run.eval_points)
-        seconds += n / R.DEFAULT_THROUGHPUT[r.env] + (n // interval + 1) * cfg.run.eval_episodes * cfg.env.horizon \
-            * R.DEFAULT_EVAL_S_PER_STEP[r.env]
+    """With nothing under OUT, every run is priced at the committed Figure 1 records' median rates."""
+    grid, runs = R.figure_runs(figure, fraction)
+    committed = costs.measured_rates(costs.RECORDS)
+    seconds = sum(expected_seconds(r.config(), 0, committed) for r in runs)
     args = ["reproduce", figure, "--dry-run", "--out", str(tmp_path / "c")] + (["--fraction", str(fraction)]
                                                                                if fraction else [])
     res = cli(*args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    runs, finished, steps, wall_h = plan_numbers(res.stdout)
-    assert (runs, finished, steps) == (len(runnable), 0, sum(budgets.values()))
-    parallel = R.local_parallel(1.0)
-    assert wall_h == pytest.approx(seconds / parallel / 3600, rel=0.006)  # printed with 3 significant digits
-    assert "default: measured in the Figure 1 campaign" in res.stdout
+    n_runs, finished, steps, wall_h = plan_numbers(res.stdout)
+    assert (n_runs, finished, steps) == (len(runs), 0, sum(r.config().run.num_timesteps for r in runs))
+    parallel = costs.local_parallel(1.0)
+    assert wall_h == pytest.approx(seconds / parallel / 3600, rel=0.05)  # printed as 1.2 h or 35 min
+    assert "finished runs in results/fig1" in res.stdout
     assert not (tmp_path / "c").exists()  # dry run: nothing written
 
 
-def _run_folder(out: Path, run: Any, status: str, rows: list[tuple[int, float]]) -> None:
-    """A run folder with its config, a manifest and metrics rows (env steps, wall_time_s)."""
+def _run_folder(out: Path, run: Any, status: str, rows: list[tuple[int, float]], wall_s: float = 0.0,
+                eval_s: float = 0.0) -> None:
+    """A run folder with its config, a manifest (with its times when finished) and metrics rows (env steps,
+    wall_time_s)."""
     folder = out / run.run_name
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(run.config(out=out).to_dict()))
-    (folder / "manifest.json").write_text(json.dumps({"status": status}))
+    cfg = run.config(out=out)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
+    manifest = {"status": status}
+    if status == "finished":
+        manifest.update(env_steps=cfg.run.num_timesteps, wall_time_s=wall_s, timings_s={"eval": eval_s},
+                        cpu="Test CPU")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n"
                                         + "".join(f"{n},0.0,{w}\n" for n, w in rows))
 
 
-def test_estimate_uses_the_pace_of_the_runs_already_there(tmp_path: Path) -> None:
-    """The runs under OUT, finished or not, give each env's pace (median wall seconds per env step, evaluations
-    included); an unfinished run counts only the env steps it has left; envs with no run use the defaults."""
+def test_estimate_prices_runs_at_the_finished_runs_there_first(tmp_path: Path) -> None:
+    """A finished run under OUT gives its env's rates; an unfinished run counts only the env steps it has left;
+    an env with no finished run there is priced by the committed records."""
     grid, runs = R.figure_runs("fig1", fraction=0.01, seeds=1, envs=["pursuit", "battle"])
     pursuit = [r for r in runs if r.env == "pursuit"]
     battle = [r for r in runs if r.env == "battle"]
     out = tmp_path / "c"
-    _run_folder(out, pursuit[0], "finished", [(0, 10.0), (4000, 210.0), (8000, 400.0)])  # 0.05 s per step
-    _run_folder(out, pursuit[1], "running", [(0, 10.0), (4000, 360.0)])                  # 0.09 s per step, half done
-    _run_folder(out, pursuit[2], "running", [(0, 12.0)])                                  # one row: no pace yet
+    p_cfg = pursuit[0].config()
+    n_p = p_cfg.run.num_timesteps  # 8000
+    episodes = (n_p // p_cfg.eval_interval + 1) * p_cfg.run.eval_episodes
+    _run_folder(out, pursuit[0], "finished", [(0, 10.0), (n_p, 400.0)], wall_s=400.0, eval_s=episodes * 0.5)
+    _run_folder(out, pursuit[1], "running", [(0, 10.0), (4000, 360.0)])  # half done: 4000 steps left
     est = R.estimate(runs, out, parallel=2)
     assert est.finished == 1 and len(est.todo) == len(runs) - 1
-    pace, source = est.pace["pursuit"]
-    assert pace == pytest.approx((0.05 + 0.09) / 2) and source == "median of 2 run(s) there"
-    b_cfg = battle[0].config()
-    evals = b_cfg.run.num_timesteps // b_cfg.eval_interval + 1
-    b_pace = 1 / R.DEFAULT_THROUGHPUT["battle"] + evals * b_cfg.run.eval_episodes * b_cfg.env.horizon \
-        / b_cfg.run.num_timesteps * R.DEFAULT_EVAL_S_PER_STEP["battle"]
-    assert est.pace["battle"] == (pytest.approx(b_pace), "default")
-    n_p, n_b = 8000, b_cfg.run.num_timesteps
-    left_p = n_p * (len(pursuit) - 1) - 4000  # the finished run none, the half-done one 4000
-    assert est.env_steps == left_p + n_b * len(battle)
-    assert est.wall_seconds == pytest.approx((left_p * pace + n_b * len(battle) * b_pace) / 2, rel=1e-9)
+    own = {("pursuit", "paper"): costs.Rates((400.0 - episodes * 0.5) / n_p, 0.5, "")}
+    committed = costs.measured_rates(costs.RECORDS)
+    expected = sum(expected_seconds(r.config(), 4000 if r is pursuit[1] else 0, own) for r in pursuit[1:]) + \
+        sum(expected_seconds(r.config(), 0, committed) for r in battle)
+    assert est.to_go.env_steps == n_p * (len(pursuit) - 1) - 4000 + sum(r.config().run.num_timesteps for r in battle)
+    assert est.wall_seconds == pytest.approx(expected / 2, rel=1e-9)
     text = R.describe("fig1", est, out, "on this machine")
-    assert f"{est.env_steps:,} env steps to train -> {out}" in text and "(median of 2 run(s) there)" in text
-    assert "battle" in text and "default: measured in the Figure 1 campaign" in text
+    assert f"{est.to_go.env_steps:,} env steps to train -> {out}" in text
+    assert f"pursuit (paper): median of 1 finished run in {out} (Test CPU (kernels not recorded))" in text
+    assert "battle (paper): median of" in text and "in results/fig1" in text
 
 
 @pytest.mark.parametrize("args,flag", [

@@ -89,35 +89,17 @@ def test_fig1_tables_update_replaces_a_parts_tables_in_order_and_keeps_its_prose
         replace_tables(text, "## Part", "## Next", ["| only |"])
 
 
-def test_run_costs_give_each_env_and_protocol_its_rates_and_full_budget() -> None:
-    """``scripts/run_costs.py`` on the records: a row per env and protocol of the never-resumed finished runs, and
-    its full-budget hours are the paper's budget at the row's rates."""
-    from run_costs import full_budget_h, run_cost, table
+def test_run_costs_give_each_env_and_protocol_of_the_records_a_row() -> None:
+    """``scripts/run_costs.py`` on the records: a row per env and protocol of the never-resumed finished runs
+    (``suPER.costs``, tested in tests/test_costs.py)."""
+    from run_costs import table
+
+    from suPER.costs import run_cost
 
     costs = [c for c in map(run_cost, RUNS) if c is not None]
     text = table(FIG1)
-    for env, protocol in {(c["env"], c["protocol"]) for c in costs}:
+    for env, protocol in {(c.env, c.protocol) for c in costs}:
         assert any(line.startswith(f"| {env} | {protocol} |") for line in text.splitlines()), (env, protocol)
-    # the paper's battle run: 300k env steps, 200 evaluations x 20 episodes plus step 0's, 100 final games
-    assert full_budget_h("battle", 0.02, 1.0) == pytest.approx((300_000 * 0.02 + (201 * 20 + 100) * 1.0) / 3600)
-
-
-def test_run_costs_to_go_adds_up_the_unfinished_listed_runs() -> None:
-    """``run_costs.py --to-go`` on ``grid list`` rows: finished runs cost nothing, a running one its steps left, a
-    pending one its whole budget (read from the block's common flags when the row has none), at the records'
-    median rates for its env and protocol."""
-    from run_costs import rates, to_go
-
-    listing = "\n".join([
-        "fig1: experiments/fig1_paper.yaml", "entry\tenv\talgo\tseed\trun folder\tstatus\tflags",
-        "battle-ddqn\tbattle\tddqn\t1\tbattle__ddqn__s1__paper\tfinished\t",
-        "battle-ddqn\tbattle\tddqn\t2\tbattle__ddqn__s2__paper\trunning 50,000/100,000, ~9 min left\t",
-        "battle-ddqn\tbattle\tddqn\t3\tbattle__ddqn__s3__paper\t-\t",
-        "every run above also gets: --num-timesteps 100000 --protocol paper", "3 runs of 3"])
-    train, evaluation = rates(FIG1)[("battle", "paper")]
-    # 1.5 runs' env steps and evaluations (41 x 10 episodes a run), and two runs' 100 final games
-    left = (150_000 * train + (410 * 1.5 + 2 * 100) * evaluation) / 3600
-    assert to_go(listing, FIG1).startswith(f"to go: 2 runs (1 running), ~{left:.0f} h of runs, ~{left / 2:.0f} h two")
 
 
 CLAIM_CELLS = 12
@@ -211,7 +193,9 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     assert any("battle__ddqn__s2\tinterrupted 2,500/100,000, ~" in ln for ln in lines)  # time left at its pace
     assert not any("\t-\t" in ln for ln in lines)  # runs not started are left out
     assert "stage 1: 0 of 40 runs finished" in r.stdout and "stage 4: 0 of 16 runs finished" in r.stdout
-    assert re.search(r"^to go: \d+ runs \(0 running\), ~\d+ h of runs, ~\d+ h two at a time", r.stdout, re.M)
+    # each stage's time to go (grid list's, tests/test_costs.py), then all stages': none finished in this worktree
+    assert re.search(r"^  to go: 40 runs \(0 running\), 4,000,000 env steps, ~[\d.]+ h of runs", r.stdout, re.M)
+    assert re.search(r"^to go, all stages: 77 runs, ~\d+ h of runs, ~\d+ h two at a time$", r.stdout, re.M)
     assert "2 of 2 run folders have every evaluation row exactly once" in r.stdout
     (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n2500,-1,610\n")
     r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],

@@ -55,7 +55,7 @@ def grid_list(
     import dataclasses
     import json
 
-    from suPER import runs
+    from suPER import costs, runs
     from suPER.campaigns.local import stale as campaigns_stale
 
     grid, selected = _load_grid(file, seeds, filter_)
@@ -115,7 +115,21 @@ def grid_list(
         notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     notes.append(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
+    notes += _to_go(selected, states, out).describe(costs.local_parallel(1.0))
     print_table(f"{grid.name}: {file}", ["entry", "env", "algo", "seed", "run folder", "status", "flags"], rows, notes)
+
+
+def _to_go(selected: list[Any], states: dict[int, tuple[str, Any]], out: Path) -> Any:
+    """What the runs neither finished nor pending still need (``costs.ToGo``; a stale run is refused by grid run,
+    so it is left out): priced by the finished runs under ``out``, then the committed Figure 1 records."""
+    from suPER import costs, runs
+
+    left = []
+    for r in selected:
+        status, progress = states[id(r)]
+        if status not in ("pending", "stale", runs.FINISHED):
+            left.append((r.config(), progress.env_steps if progress is not None else 0, status == runs.RUNNING))
+    return costs.to_go(left, costs.Pricing.of(out))
 
 
 @grid_app.command("run")

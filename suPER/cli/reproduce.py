@@ -36,7 +36,7 @@ def reproduce(
     Prints the runs, env steps and estimated wall time first; running it again skips finished runs and
     resumes unfinished ones.
     """
-    from suPER import campaigns, runs
+    from suPER import campaigns, costs, runs
     from suPER import reproduce as R
 
     positive("--cpus-per-trial", cpus_per_trial)
@@ -49,7 +49,7 @@ def reproduce(
         runs.writable_folder(out, create=not dry_run)
     where = "at this machine's parallelism (a cluster with more worker CPUs takes less)" if address else \
         "on this machine"
-    est = R.estimate(runs_, out, R.local_parallel(cpus_per_trial))
+    est = R.estimate(runs_, out, costs.local_parallel(cpus_per_trial))
     print(R.describe(figure, est, out, where), flush=True)
     if dry_run:
         return

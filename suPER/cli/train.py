@@ -258,15 +258,16 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
 
 
 def plan_line(cfg: C.ExperimentConfig) -> str:
-    """The run's plan in one line: env, algorithm, env steps, evaluations and an estimated time (at rates measured
-    in the Figure 1 campaign, stated as an estimate), naming ``--quick`` when it is longer than an hour."""
-    from suPER import reproduce as R
+    """The run's plan in one line: env, algorithm, env steps, evaluations and an estimated time (at the committed
+    Figure 1 records' rates, ``suPER.costs``, stated as an estimate), naming ``--quick`` when it is longer than an
+    hour."""
+    from suPER import costs
 
     evals = cfg.run.num_timesteps // cfg.eval_interval + 1
     text = (f"{cfg.env.name}, {cfg.run.algo}"
             f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
             f"{cfg.run.num_timesteps:,} env steps, {evals} evaluations x {cfg.run.eval_episodes} episodes")
-    seconds = R.run_seconds(cfg)
+    seconds = costs.Pricing.of().seconds_left(cfg)
     if seconds is not None:
         hours = seconds / 3600
         text += (f", estimated {hours:.1f} h" if hours >= 1 else f", estimated {seconds / 60:.0f} min") + \

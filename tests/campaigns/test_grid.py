@@ -254,6 +254,10 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
     text = " ".join(r.stdout.split())
     assert "running 150/300, ~5 min left" in text and "finished 150/300" not in text
     assert "(4 -, 1 finished, 1 running)" in text and "- 150/300" not in text  # 4 fresh folders: their status alone
+    # what the 5 runs not finished still need (150 + 4 x 300 env steps): no finished run here has its times, so the
+    # committed Figure 1 records price them (suPER.costs)
+    assert "to go: 5 runs (1 running), 1,350 env steps, ~" in text
+    assert "rates: pursuit (ours): median of" in text and "finished runs in results/fig1" in text
     r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
                 "--out", str(tmp_path), "--format", "json")
     assert r.returncode == 0, r.stderr
