@@ -152,6 +152,7 @@ def test_the_plan_line_says_budget_evaluations_and_time_and_names_quick_for_long
     short = plan_line(resolve("pursuit", named=named_settings("pursuit", {"quick": True})[0]))
     assert "min at the Figure 1 campaign's pace" in short and "--quick" not in short
     assert "estimated" not in plan_line(resolve("pursuit", "qmix"))  # no rate measured for it: no guess
+    assert "estimated" not in plan_line(resolve("pursuit"), backend="rllib")  # the records are native runs
 
 
 def test_config_file_trains_exactly_that_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

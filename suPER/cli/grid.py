@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from suPER import config as C
+from suPER import costs
 from suPER.cli.common import FilterOpt, SeedsOpt, UserError, check_with_env, positive, print_table
 
 grid_app = typer.Typer(no_args_is_help=True, help="Campaigns: list, run and submit the runs of a grid file "
@@ -55,7 +56,7 @@ def grid_list(
     import dataclasses
     import json
 
-    from suPER import costs, runs
+    from suPER import runs
     from suPER.campaigns.local import stale as campaigns_stale
 
     grid, selected = _load_grid(file, seeds, filter_)
@@ -119,10 +120,10 @@ def grid_list(
     print_table(f"{grid.name}: {file}", ["entry", "env", "algo", "seed", "run folder", "status", "flags"], rows, notes)
 
 
-def _to_go(selected: list[Any], states: dict[int, tuple[str, Any]], out: Path) -> Any:
+def _to_go(selected: list[Any], states: dict[int, tuple[str, Any]], out: Path) -> costs.ToGo:
     """What the runs neither finished nor pending still need (``costs.ToGo``; a stale run is refused by grid run,
     so it is left out): priced by the finished runs under ``out``, then the committed Figure 1 records."""
-    from suPER import costs, runs
+    from suPER import runs
 
     left = []
     for r in selected:

@@ -231,7 +231,7 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
 
     def on_start(folder: Any, resumed: bool) -> None:
         what = "resuming in" if resumed else "->"
-        console.print(f"[bold]{cfg.run_name}[/]: {plan_line(cfg)} {what} {folder.path}", soft_wrap=True)
+        console.print(f"[bold]{cfg.run_name}[/]: {plan_line(cfg, backend)} {what} {folder.path}", soft_wrap=True)
         note = cfg.eval_cost_note()
         if note:
             console.print(note, soft_wrap=True, markup=False)
@@ -257,17 +257,17 @@ def _train_one(cfg: C.ExperimentConfig, overwrite: bool, backend: str = "native"
     print(f"curve: {summary.run_dir / 'curve.png'}")
 
 
-def plan_line(cfg: C.ExperimentConfig) -> str:
+def plan_line(cfg: C.ExperimentConfig, backend: str = "native") -> str:
     """The run's plan in one line: env, algorithm, env steps, evaluations and an estimated time (at the committed
-    Figure 1 records' rates, ``suPER.costs``, stated as an estimate), naming ``--quick`` when it is longer than an
-    hour."""
+    Figure 1 records' rates, ``suPER.costs``, stated as an estimate; native runs only, what the records measured),
+    naming ``--quick`` when it is longer than an hour."""
     from suPER import costs
 
     evals = cfg.run.num_timesteps // cfg.eval_interval + 1
     text = (f"{cfg.env.name}, {cfg.run.algo}"
             f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
             f"{cfg.run.num_timesteps:,} env steps, {evals} evaluations x {cfg.run.eval_episodes} episodes")
-    seconds = costs.Pricing.of().seconds_left(cfg)
+    seconds = costs.Pricing.of().seconds_left(cfg) if backend == "native" else None
     if seconds is not None:
         hours = seconds / 3600
         text += (f", estimated {hours:.1f} h" if hours >= 1 else f", estimated {seconds / 60:.0f} min") + \
