@@ -181,7 +181,8 @@ class ToGo:
     sources: dict[str, str]
     """env -> where its rates come from"""
     unpriced: list[str]
-    """envs of runs no finished run could price (their time is not in ``seconds``)"""
+    """why each run without an estimate has none (its time is not in ``seconds``), e.g. ``qmix (only DQN-family runs
+    are measured)``"""
 
     def describe(self, parallel: int) -> list[str]:
         """``grid list``'s lines: runs, env steps, hours of runs and hours ``parallel`` at a time; the rates'
@@ -199,11 +200,10 @@ class ToGo:
         return "rates: " + "; ".join(f"{k}: {v}" for k, v in self.sources.items()) if self.sources else ""
 
     def unpriced_line(self) -> str:
-        """The envs whose runs have no estimate (not in the hours), empty when every run has one."""
+        """How many runs have no estimate (not in the hours) and why, empty when every run has one."""
         if not self.unpriced:
             return ""
-        return (f"no estimate for {', '.join(dict.fromkeys(self.unpriced))}: no finished run of it to measure a rate "
-                f"from (or not a DQN-family algorithm)")
+        return f"no estimate for {len(self.unpriced)} runs: {', '.join(dict.fromkeys(self.unpriced))}"
 
 
 def to_go(runs: Iterable[tuple[C.ExperimentConfig, int, bool]], pricing: Pricing) -> ToGo:
@@ -215,7 +215,8 @@ def to_go(runs: Iterable[tuple[C.ExperimentConfig, int, bool]], pricing: Pricing
         out.env_steps += max(cfg.run.num_timesteps - done, 0)
         seconds = pricing.seconds_left(cfg, done)
         if seconds is None:
-            out.unpriced.append(cfg.env.name)
+            out.unpriced.append(f"{cfg.run.algo} (only DQN-family runs are measured)" if not measurable(cfg) else
+                                f"{cfg.env.name} (no finished run of it to measure a rate from)")
             continue
         out.seconds += seconds
         rates = pricing.rates(cfg.env.name, cfg.run.protocol)

@@ -74,14 +74,18 @@ def test_what_a_run_still_needs_at_given_rates() -> None:
     assert pricing.seconds_left(cfg, 50_000) == pytest.approx(50_000 * 0.02 + (205 + 100) * 1.5)
     assert pricing.seconds_left(cfg, 100_000) == 0.0
     assert pricing.seconds_left(resolve("battle", "qmix", overrides=CAMPAIGN)) is None
-    go = costs.to_go([(cfg, 50_000, True), (cfg, 0, False), (resolve("pursuit", overrides=CAMPAIGN), 0, False)],
-                     pricing)
-    assert (go.runs, go.running, go.env_steps, go.unpriced) == (3, 1, 250_000, ["pursuit"])
+    go = costs.to_go([(cfg, 50_000, True), (cfg, 0, False), (resolve("pursuit", overrides=CAMPAIGN), 0, False),
+                      (resolve("battle", "qmix", overrides=CAMPAIGN), 0, False)], pricing)
+    assert (go.runs, go.running, go.env_steps) == (4, 1, 350_000)
+    assert go.unpriced == ["pursuit (no finished run of it to measure a rate from)",
+                           "qmix (only DQN-family runs are measured)"]
     assert go.seconds == pytest.approx(50_000 * 0.02 + 305 * 1.5 + 100_000 * 0.02 + 510 * 1.5)  # 4222.5 s
     lines = go.describe(parallel=2)
-    assert lines[0] == "to go: 3 runs (1 running), 250,000 env steps, ~1.2 h of runs, ~35 min 2 at a time " \
+    assert lines[0] == "to go: 4 runs (1 running), 350,000 env steps, ~1.2 h of runs, ~35 min 2 at a time " \
                        "(training, evaluations, checkpoints)"
-    assert lines[1] == "rates: battle (paper): test" and lines[2].startswith("no estimate for pursuit")
+    assert lines[1] == "rates: battle (paper): test"
+    assert lines[2] == "no estimate for 2 runs: pursuit (no finished run of it to measure a rate from), qmix (only " \
+                       "DQN-family runs are measured)"
 
 
 def test_full_budget_is_the_papers_run_at_the_rates() -> None:
