@@ -9,7 +9,7 @@ its last 10% of evaluations) per env and configuration, seeds in order; the clai
 every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env and protocol, TOST at 10% of the env's
 random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis``
 computes it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games
-(each run's ``final_games.json``). ``compare``: each claim's verdict under both protocols
+(each run's ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's verdict under both protocols
 (``analysis.protocol_comparison``). ``costs``: what the runs cost and a full-budget run would need
 (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
 """
@@ -100,6 +100,28 @@ def comparison(curves: list[plotting.RunCurve]) -> str:
     return "\n".join(lines)
 
 
+CLAIM_HEADER = ("| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
+                "TOST p (Holm) | verdict | other windows | seeds for 80% power |\n"
+                "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|")
+
+
+def claim_lines(rows: list[dict], env_note: str = "") -> list[str]:
+    """Claim rows (``analysis.claim_table``) as markdown table rows, the env cell followed by ``env_note``."""
+    lines = []
+    for r in rows:
+        others = r["verdicts_by_window"] or "-"  # the other windows (the table's own, last 10%, is its verdict)
+        seeds = r["seeds_for_power"]
+        rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
+        rule = analysis.PAPER_RULE_NAMES.get(rule, rule).removeprefix("SUPER-")  # the paper's gaussian: on the variance
+        lines.append(f"| {r['env'].replace('_', ' ')}{env_note} | {rule} | {baseline} | {r['super_runs']} vs "
+                     f"{r['baseline_runs']} | {r['iqm_difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | "
+                     f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} ({_p(r['welch_p_holm'])}) | "
+                     f"{_p(r['tost_p_holm'])} | {r['verdict'].removesuffix(' at this budget')}"
+                     f"{' (fragile)' if r['fragile'] else ''} | {others} | "
+                     f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
+    return lines
+
+
 def markdown(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, str], ...] = CONFIGURATIONS) -> str:
     """The final-score table (each run's score, seeds in order) and the claim table of one protocol's curves
     (``claim_rows``), envs in ``ENVS`` order."""
@@ -109,21 +131,14 @@ def markdown(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, s
     for env, row_name in ENVS:
         cells = [", ".join(f"{v:+.1f}" for v in scores.get(env, {}).get(label, [])) for _, label in configurations]
         lines.append(f"| {row_name} | " + " | ".join(cells) + " |")
-    lines += ["", "| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
-              "TOST p (Holm) | verdict | other windows | seeds for 80% power |",
-              "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|"]
-    for r in claim_rows(curves):
-        others = r["verdicts_by_window"]  # the other windows (the table's own, last 10%, is its verdict)
-        seeds = r["seeds_for_power"]
-        rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
-        rule = analysis.PAPER_RULE_NAMES.get(rule, rule).removeprefix("SUPER-")  # the paper's gaussian: on the variance
-        lines.append(f"| {r['env'].replace('_', ' ')} | {rule} | {baseline} | {r['super_runs']} vs {r['baseline_runs']} | "
-                     f"{r['iqm_difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | "
-                     f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} ({_p(r['welch_p_holm'])}) | "
-                     f"{_p(r['tost_p_holm'])} | {r['verdict'].removesuffix(' at this budget')}"
-                     f"{' (fragile)' if r['fragile'] else ''} | {others} | "
-                     f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", CLAIM_HEADER, *claim_lines(claim_rows(curves))])
+
+
+def games_claims(curves: list[plotting.RunCurve]) -> str:
+    """The claim table on the final policies' varied games (``analysis.final_game_scores``: each run's mean team
+    return over them; battle), env cells marked "(varied games)"."""
+    rows = analysis.claim_table(analysis.final_game_scores(curves), 2000)
+    return "\n".join([CLAIM_HEADER, *claim_lines(rows, " (varied games)")])
 
 
 SECTIONS = {"compare": ("### Verdicts by protocol", "### Under the paper's protocol"),
@@ -142,8 +157,9 @@ def tables(curves: list[plotting.RunCurve], records: Path, protocol: str) -> str
     if protocol == "compare":
         return comparison(curves)
     if protocol == "paper":
-        return (markdown([c for c in curves if plotting.is_paper(c.label)], PAPER_CONFIGURATIONS) + "\n\n"
-                + final_games(records, PAPER_CONFIGURATIONS))
+        paper = [c for c in curves if plotting.is_paper(c.label)]
+        return "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(records, PAPER_CONFIGURATIONS),
+                            games_claims(paper)])
     return markdown([c for c in curves if not plotting.is_paper(c.label)])
 
 

@@ -145,6 +145,27 @@ def scores_by_configuration(curves: Sequence[RunCurve], last_fraction: float = 0
     return out
 
 
+FINAL_GAMES_SCORE = "each run's mean team return over its final policy's varied games (final_games.json)"
+"""what ``final_game_scores`` scores, as the claim table's header says it"""
+
+
+def final_game_scores(curves: Sequence[RunCurve]) -> dict[str, dict[str, np.ndarray]]:
+    """env -> configuration -> each finished run's mean team return over the games its final policy played when
+    training ended (``final_games.json`` in the run folder: battle's 100 games against the exploring opponent), in
+    seed order; runs without the file are left out, and configurations with none.
+
+    What a battle claim can also be judged on: battle's greedy evaluation replays one game, so a final score there is
+    a handful of games, while these are 100 games that differ.
+    """
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
+        files = [Path(c.source) / "final_games.json" for c in group]
+        values = [float(json.loads(f.read_text())["team_return"]) for f in files if f.is_file()]
+        if values:
+            out.setdefault(env, {})[label] = np.asarray(values)
+    return out
+
+
 def claims(labels: Sequence[str]) -> list[tuple[str, str, str]]:
     """(claim, SUPER configuration, baseline configuration) for every pair among ``labels`` that the paper's claim
     covers: each ``<algo>_super_<rule>`` (b = 0.1 as run; a tagged label such as share-all's ``[shareall]`` is not
@@ -521,13 +542,16 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
     atomic_write_text(path, buf.getvalue())
 
 
-def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "claims") -> tuple[Path, Path]:
-    """Claim table as CSV and markdown. Returns (csv, md)."""
+def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "claims",
+                 score: str = "final scores (mean of each run's last 10% of evaluations)",
+                 note: str = "") -> tuple[Path, Path]:
+    """Claim table as CSV and markdown (``score``: what the scores are, for the header; ``note`` follows it).
+    Returns (csv, md)."""
     out_dir = Path(out_dir)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, CLAIM_COLUMNS)
     families = ", ".join(dict.fromkeys(r["family"] for r in rows))
-    lines = ["Claims: difference of IQM of final scores (mean of each run's last 10% of evaluations), SUPER minus "
+    lines = [f"Claims: difference of IQM of {score}, SUPER minus "
              "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
              "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on the final scores (two-sided), "
              f"raw and Holm-adjusted over each env's claims under one protocol (families: {families or '-'}). "
@@ -537,7 +561,8 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
              "the claim's protocol), "
              "inconclusive otherwise (or fewer than 2 runs a side). Fragile: the verdict differs under another "
              "final-score window (last 5%, 10%, 20% of evaluations, AUC = all of them). Seeds: runs per side for 80% "
-             "power at the observed effect (alpha 0.05 / family size), for inconclusive rows.", "",
+             "power at the observed effect (alpha 0.05 / family size), for inconclusive rows." + (f" {note}" if note
+                                                                                              else ""), "",
              "| env | protocol | claim | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
              "TOST p (Holm) | verdict | by window | seeds for 80% power |",
              "|---|---|---|---:|---:|---|---:|---:|---:|---|---|---:|"]
@@ -713,8 +738,9 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
         log: called with one line per phase (the CLI prints them), so a long analysis says what it does.
 
     Returns:
-        Paths by kind: claims_csv, claims_md, protocols_csv, protocols_md, aggregate_csv, aggregate_md, notes_csv, notes_md, and (when an
-        env could be normalized) aggregate_png, aggregate_svg.
+        Paths by kind: claims_csv, claims_md, protocols_csv, protocols_md, aggregate_csv, aggregate_md, notes_csv,
+        notes_md; games_claims_csv and games_claims_md (when runs have final games: ``final_game_scores``, no TOST
+        margin and no other windows); and (when an env could be normalized) aggregate_png, aggregate_svg.
     """
     say = log or (lambda line: None)
     out_dir = Path(out_dir)
@@ -731,6 +757,12 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     rows = claim_table(scores, n_resamples, protocol_margins(scores, random), window_scores(curves, last_fraction))
     paths["claims_csv"], paths["claims_md"] = write_claims(rows, out_dir, f"{prefix}claims")
     paths["protocols_csv"], paths["protocols_md"] = write_protocol_comparison(rows, out_dir, f"{prefix}protocols")
+    games = final_game_scores(curves)
+    if games:  # battle's runs: the same claims judged on their final policies' 100 varied games
+        say("analysis: the same claims on the final policies' varied games")
+        paths["games_claims_csv"], paths["games_claims_md"] = write_claims(
+            claim_table(games, n_resamples), out_dir, f"{prefix}claims_final_games", FINAL_GAMES_SCORE,
+            "Here no TOST margin and one score per run: no row is equivalent or fragile.")
     say("analysis: aggregates across envs")
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")

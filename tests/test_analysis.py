@@ -230,6 +230,35 @@ def test_plot_analysis_and_marl_eval_export_round_trip(tmp_path: Path) -> None:
         assert run["absolute_metrics"][X.METRIC] == [float(rows[-1]["team_return_mean"])]
 
 
+def test_claims_on_final_games_use_each_runs_varied_games_not_its_curve(tmp_path: Path) -> None:
+    """Runs that end with final games (``final_games.json``, battle's 100 varied games) are also judged on them: each
+    run's mean team return there is its score, in seed order; a configuration without the file has none. Here the
+    curves say SUPER beats no sharing by 50 and the games say it loses by 20 in every seed, so the two tables must
+    disagree."""
+    root = tmp_path / "campaign"
+    small_campaign(root)
+    games = {"ddqn": 30.0, "ddqn_super_quantile": 10.0}  # + seed
+    for folder in P.find_run_folders([root]):
+        cfg = json.loads((folder / "config.json").read_text())
+        label = P.configuration_label(cfg)
+        if label in games:
+            (folder / "final_games.json").write_text(json.dumps({"team_return": games[label] + cfg["run"]["seed"],
+                                                                 "win_rate": 0.5}))
+    curves = P.load_run_curves(P.find_run_folders([root]))
+    scores = A.final_game_scores(curves)
+    assert {label: list(v) for label, v in scores["pursuit"].items()} == {"ddqn": [31.0, 32.0, 33.0],
+                                                                         "ddqn_super_quantile": [11.0, 12.0, 13.0]}
+    paths = A.report(curves, tmp_path / "out", random={"pursuit": -100.0}, n_resamples=200)
+    with paths["games_claims_csv"].open() as f:
+        (row,) = list(csv.DictReader(f))  # the only pair with games on both sides
+    assert row["claim"] == "SUPER-quantile - no sharing" and row["verdict"] == A.FAILS
+    assert float(row["iqm_difference"]) == pytest.approx(-20.0)
+    with paths["claims_csv"].open() as f:
+        on_curves = {r["claim"]: r["verdict"] for r in csv.DictReader(f)}
+    assert on_curves["SUPER-quantile - no sharing"] == A.HOLDS
+    assert "mean team return over its final policy's varied games" in paths["games_claims_md"].read_text()
+
+
 def test_marl_eval_rejects_commas_and_unwritable_paths(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="comma"):
         X.marl_eval_data([curve("pursuit", "a,b", 1, np.zeros(3))])

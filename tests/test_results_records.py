@@ -23,7 +23,15 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") i
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES  # noqa: E402
-from fig1_tables import PAPER_CONFIGURATIONS, comparison, final_games, markdown, replace_tables, tables  # noqa: E402
+from fig1_tables import (  # noqa: E402
+    PAPER_CONFIGURATIONS,
+    comparison,
+    final_games,
+    games_claims,
+    markdown,
+    replace_tables,
+    tables,
+)
 
 DIRTY_GRID_FILE = ("battle__ddqn_super_gaussian__s[123]", "adversarial_pursuit__ddqn_super_gaussian__s[123]")
 """Runs whose manifests may say ``<commit>-dirty``: session 16 ran them in the worktree pinned at the campaign's
@@ -149,9 +157,9 @@ def _same_cell(doc: str, computed: str) -> bool:
 
 def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     """docs/results.md's Figure 1 tables are what ``scripts/fig1_tables.py`` computes from the committed records:
-    each protocol's per-seed final scores and claim table, the paper protocol's battle final games, and the
-    verdicts of both protocols side by side; every row there, and no row of the doc's tables that the records do
-    not give."""
+    each protocol's per-seed final scores and claim table, the paper protocol's battle final games and the claims
+    judged on them, and the verdicts of both protocols side by side; every row there, and no row of the doc's tables
+    that the records do not give."""
     from suPER import plotting
 
     text = (ROOT / "docs" / "results.md").read_text()
@@ -161,7 +169,8 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     paper = [c for c in curves if plotting.is_paper(c.label)]
     _assert_same_tables(_section(figure1, "#### Results (", "#### Honest notes"), markdown(ours))
     _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
-                        markdown(paper, PAPER_CONFIGURATIONS) + "\n\n" + final_games(FIG1, PAPER_CONFIGURATIONS))
+                        "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(FIG1, PAPER_CONFIGURATIONS),
+                                     games_claims(paper)]))
     _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Under the paper's protocol"),
                         comparison(curves))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
