@@ -3,12 +3,13 @@
 
     python scripts/run_costs.py [RECORDS]          # default results/fig1
 
-One row per env, protocol and CPU: the median rates of its finished, never-resumed runs (``suPER.costs``:
+One row per env, protocol and CPU: the median rates of its finished runs (``suPER.costs``:
 training time per env step outside evaluation, evaluation time per episode, step 0's evaluation and battle's final
 games included) and the full-budget run they give: ``paper budget x training rate + (200 + 1) x 20 (+ final
-games) x evaluation rate`` (``resolve(env)``), in hours. A resumed run is left out: its manifest's times cover only
-its last segment. The rates are what the runs met, load included: the CPU column says which machine, and LOG.md
-next to the records what else ran on it. The time a campaign still needs is ``grid list``'s "to go" line, at these
+games) x evaluation rate`` (``resolve(env)``), in hours. A resumed run counts (its manifest's times continue from
+its last checkpoint); one whose segments ran on different machines is its own "mixed" row. The rates are what the
+runs met, load included: the CPU column says which machine, and LOG.md next to the records what else ran on it. The
+time a campaign still needs is ``grid list``'s "to go" line, at these
 rates (``fig1_campaign.sh --status`` prints it per stage).
 """
 
@@ -31,7 +32,7 @@ def table(records: Path) -> str:
         lines.append(f"| {env} | {protocol} | {cpu} | {len(costs)} | {walls[0]:.2f}-{walls[-1]:.2f} | "
                      f"{1000 * rates.train_s_per_step:.1f} | {rates.eval_s_per_episode:.2f} | "
                      f"{full_budget_h(env, rates):.1f} |")
-    lines.append(f"\n{sum(map(len, groups.values()))} runs; {skipped} left out (resumed or unfinished).")
+    lines.append(f"\n{sum(map(len, groups.values()))} runs; {skipped} left out (unfinished).")
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """What runs cost: rates measured from finished runs, and the time runs still need at those rates.
 
-A finished run that was never resumed (its manifest's times then cover the whole run) gives two rates::
+A finished run gives two rates from its manifest (whose times cover the whole run: a resumed run restores its
+times with its last checkpoint, so the work redone after a kill is counted once and the lost part never)::
 
     training s per env step  = (wall_time_s - timings_s.eval) / env_steps
     evaluation s per episode = timings_s.eval / evaluation_episodes(cfg)
@@ -40,12 +41,13 @@ RECORDS = C.ROOT / "results" / "fig1"
 
 @dataclass(frozen=True)
 class RunCost:
-    """What one finished, never-resumed run cost (``run_cost``)."""
+    """What one finished run cost (``run_cost``)."""
 
     env: str
     protocol: str
     cpu: str
-    """the manifest's CPU model and vector kernels, e.g. ``Intel(R) Xeon(R) Processor (AVX512)``"""
+    """the CPU model and vector kernels of the machine it ran on, e.g. ``Intel(R) Xeon(R) Processor (AVX512)``;
+    ``mixed: A; B`` when its segments (a resumed run) ran on different ones"""
     train_s_per_step: float
     eval_s_per_episode: float
     wall_h: float
@@ -72,7 +74,7 @@ def measurable(cfg: C.ExperimentConfig) -> bool:
 
 
 def run_cost(folder: Path) -> RunCost | None:
-    """The cost of a finished, never-resumed native DQN-family run folder; None for any other folder."""
+    """The cost of a finished native DQN-family run folder; None for any other folder."""
     from suPER.resolve import from_dict
 
     try:
@@ -80,12 +82,14 @@ def run_cost(folder: Path) -> RunCost | None:
         cfg = from_dict(json.loads((Path(folder) / "config.json").read_text()))
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    if (manifest.get("status") != "finished" or manifest.get("resumed") or not manifest.get("timings_s")
+    if (manifest.get("status") != "finished" or not manifest.get("timings_s")
             or manifest.get("backend", "native") != "native" or not measurable(cfg)):
         return None
     eval_s = float(manifest["timings_s"].get("eval", 0.0))
-    cpu = (f"{manifest['cpu']} ({manifest.get('cpu_capability', 'kernels not recorded')})" if manifest.get("cpu")
-           else "not recorded")
+    segments = [manifest, *manifest.get("resumed", [])]  # the first segment's machine, then each resume's
+    cpus = list(dict.fromkeys(f"{m['cpu']} ({m.get('cpu_capability', 'kernels not recorded')})" if m.get("cpu")
+                              else "not recorded" for m in segments))
+    cpu = cpus[0] if len(cpus) == 1 else "mixed: " + "; ".join(cpus)
     return RunCost(cfg.env.name, cfg.run.protocol, cpu,
                    (float(manifest["wall_time_s"]) - eval_s) / int(manifest["env_steps"]),
                    eval_s / evaluation_episodes(cfg), float(manifest["wall_time_s"]) / 3600)
@@ -93,7 +97,7 @@ def run_cost(folder: Path) -> RunCost | None:
 
 def grouped_costs(folder: Path, *fields: str) -> tuple[dict[tuple[str, ...], list[RunCost]], int]:
     """The ``run_cost`` of every run folder in ``folder``, grouped by the values of ``fields``; and how many run
-    folders were left out (unfinished, resumed, another backend or algorithm)."""
+    folders were left out (unfinished, another backend or algorithm)."""
     groups: dict[tuple[str, ...], list[RunCost]] = defaultdict(list)
     skipped = 0
     runs = sorted(p for p in Path(folder).iterdir() if (p / "manifest.json").is_file()) if Path(folder).is_dir() else []

@@ -39,12 +39,23 @@ def test_a_finished_run_gives_its_training_and_evaluation_rates(tmp_path: Path) 
     assert pursuit is not None and pursuit.protocol == "paper" and pursuit.eval_s_per_episode == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("manifest,algo", [({"status": "running"}, "ddqn"), ({"resumed": True}, "ddqn"),
-                                           ({"backend": "rllib"}, "ddqn"), ({}, "qmix")])
-def test_only_whole_native_dqn_runs_are_measured(tmp_path: Path, manifest: dict, algo: str) -> None:
-    """A resumed run's times cover its last segment, an unfinished one has none; RLlib and the other algorithms run
-    at other rates, so they are never priced by these."""
+@pytest.mark.parametrize("manifest,algo", [({"status": "running"}, "ddqn"), ({"backend": "rllib"}, "ddqn"),
+                                           ({}, "qmix")])
+def test_only_finished_native_dqn_runs_are_measured(tmp_path: Path, manifest: dict, algo: str) -> None:
+    """An unfinished run has no whole-run times; RLlib and the other algorithms run at other rates, so they are never
+    priced by these."""
     assert costs.run_cost(record(tmp_path / "r", "pursuit", 100.0, 10.0, algo=algo, **manifest)) is None
+
+
+def test_a_resumed_run_counts_and_names_every_machine_it_ran_on(tmp_path: Path) -> None:
+    """A resumed run's manifest keeps its times from its last checkpoint on (suPER.loop restores them), so it is
+    measured like any other; its CPU is each segment's, "mixed" when they differ."""
+    same = {"cpu": "Test CPU", "cpu_capability": "AVX2", "time": "t", "after_status": "running"}
+    cost = costs.run_cost(record(tmp_path / "a", "pursuit", 1000.0, 41.0, resumed=[same]))
+    assert cost is not None and cost.cpu == "Test CPU (AVX2)" and cost.eval_s_per_episode == pytest.approx(0.1)
+    other = {**same, "cpu": "Other CPU", "cpu_capability": "AVX512"}
+    cost = costs.run_cost(record(tmp_path / "b", "pursuit", 1000.0, 41.0, resumed=[same, other]))
+    assert cost is not None and cost.cpu == "mixed: Test CPU (AVX2); Other CPU (AVX512)"
 
 
 def test_rates_come_from_the_folders_in_order_then_the_env_under_the_other_protocol(tmp_path: Path) -> None:
