@@ -593,11 +593,13 @@ PAPER_RULE_NAMES = {"SUPER-gaussian_variance": "SUPER-gaussian"}
 
 def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (env, claim) of ``claim_table``'s rows: its runs, IQM difference and verdict under the paper
-    protocol and under ours (``-`` / NaN where a protocol has no such claim yet), and whether the verdicts agree.
+    protocol and under ours (``-`` / NaN where a protocol has no such claim yet), and whether the verdicts agree
+    (holds, does not hold, equivalent or inconclusive; a fragile verdict is shown as such but is still its verdict).
     A claim is named as the paper names it (``PAPER_RULE_NAMES``), so each protocol's SUPER gaussian meets the
     other's. Claims of either protocol appear; which deviation moves a verdict that differs is a question for a pair
     of runs that isolates it, not for this table."""
     by_claim: dict[tuple[str, str], dict[str, Any]] = {}
+    verdicts: dict[tuple[str, str, str], str] = {}  # (env, claim, protocol) -> verdict without its fragility
     for r in sorted(rows, key=lambda r: r["protocol"] != "paper"):
         rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
         if r["protocol"] == "paper":
@@ -606,12 +608,13 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out = by_claim.setdefault(key, {"env": key[0], "claim": key[1], **{
             f"{p}_{k}": v for p in ("paper", "ours") for k, v in (("runs", "-"), ("difference", float("nan")),
                                                                   ("verdict", "-"))}})
+        verdicts[(*key, r["protocol"])] = r["verdict"]
         verdict_text = r["verdict"] + (" (fragile)" if r.get("fragile") else "")
         out.update({f"{r['protocol']}_runs": f"{r['super_runs']} vs {r['baseline_runs']}",
                     f"{r['protocol']}_difference": r["iqm_difference"], f"{r['protocol']}_verdict": verdict_text})
-    for out in by_claim.values():
-        both = "-" not in (out["paper_verdict"], out["ours_verdict"])
-        out["same_verdict"] = ("yes" if out["paper_verdict"] == out["ours_verdict"] else "no") if both else "-"
+    for key, out in by_claim.items():
+        paper, ours = verdicts.get((*key, "paper")), verdicts.get((*key, "ours"))
+        out["same_verdict"] = "-" if paper is None or ours is None else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
 

@@ -460,6 +460,10 @@ def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_ver
     ours_gaussian = dict(both_rows[1], claim="SUPER-gaussian - no sharing")
     (met,) = A.protocol_comparison([paper_gaussian, ours_gaussian])  # the paper's gaussian meets ours
     assert met["claim"] == "SUPER-gaussian - no sharing" and "-" not in (met["paper_runs"], met["ours_runs"])
+    fragile = [dict(paper_gaussian, verdict=A.INCONCLUSIVE, fragile=False),
+               dict(ours_gaussian, verdict=A.INCONCLUSIVE, fragile=True)]
+    (met,) = A.protocol_comparison(fragile)  # fragility is shown, but both verdicts are inconclusive: the same
+    assert met["ours_verdict"] == f"{A.INCONCLUSIVE} (fragile)" and met["same_verdict"] == "yes"
     _, md = A.write_protocol_comparison(both_rows, tmp_path)
     assert "| e | SUPER-quantile - no sharing | 5 vs 5 | 100.00 | holds | 5 vs 5 |" in md.read_text()
 
