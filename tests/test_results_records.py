@@ -22,7 +22,7 @@ RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") i
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
-from collect_records import OPTIONAL_FILES, RECORD_FILES  # noqa: E402
+from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
 from fig1_tables import (  # noqa: E402
     PAPER_CONFIGURATIONS,
     comparison,
@@ -174,6 +174,38 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Under the paper's protocol"),
                         comparison(curves))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
+
+
+def test_collect_copies_new_and_changed_records_and_leaves_the_rest(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``collect_records.py SRC DST`` (``fig1_campaign.sh --collect``): a finished run new to DST is copied, one DST
+    holds already is only counted, one that differs is updated, an unfinished one is skipped; nothing else of the
+    run folder (checkpoints) is copied."""
+    import shutil
+
+    src, dst = tmp_path / "runs", tmp_path / "results"
+    for run in RUNS[:3]:
+        shutil.copytree(run, src / run.name)
+    (src / RUNS[0].name / "checkpoints").mkdir()
+    (src / RUNS[0].name / "checkpoints" / "final.pt").write_bytes(b"weights")
+    running = src / "battle__ddqn__s9"
+    running.mkdir()
+    (running / "manifest.json").write_text(json.dumps({"status": "running"}))
+    assert collect(src, dst) == 0
+    out = capsys.readouterr().out
+    assert f"new {RUNS[0].name}:" in out and "skip battle__ddqn__s9: running" in out
+    assert out.splitlines()[-1] == f"3 new, 0 updated, 0 unchanged, 1 skipped -> {dst} (commit the new records)"
+    assert sorted(p.name for p in (dst / RUNS[0].name).iterdir()) == sorted(
+        n for n in (*RECORD_FILES, *OPTIONAL_FILES) if (RUNS[0] / n).is_file())
+    manifest = dst / RUNS[1].name / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"finished"', '"edited"'))
+    assert collect(src, dst) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 3 and "skip battle__ddqn__s9: running" in lines
+    assert any(line.startswith(f"updated {RUNS[1].name}: 41 rows") for line in lines)
+    assert lines[-1] == f"0 new, 1 updated, 2 unchanged, 1 skipped -> {dst} (commit the new records)"
+    assert manifest.read_text() == (src / RUNS[1].name / "manifest.json").read_text()
 
 
 def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
