@@ -145,7 +145,7 @@ class Pricing:
     def of(cls, *folders: Path | None) -> Pricing:
         """The finished runs of ``folders`` in that order (None skipped), the committed records last."""
         order = [Path(f) for f in folders if f is not None]
-        if RECORDS not in (p.resolve() for p in order):
+        if RECORDS.resolve() not in (p.resolve() for p in order):
             order.append(RECORDS)
         return cls([measured_rates(f) for f in order])
 
@@ -176,14 +176,14 @@ class Pricing:
 
 @dataclass
 class ToGo:
-    """What a set of runs still needs: ``seconds`` over ``priced`` runs, ``unpriced`` runs without a rate."""
+    """What a set of runs still needs (``to_go``): ``seconds`` of the runs with rates, and why the others have none."""
 
     runs: int
     running: int
     seconds: float
     env_steps: int
     sources: dict[str, str]
-    """env -> where its rates come from"""
+    """``env (protocol)`` -> where its rates come from"""
     unpriced: list[str]
     """why each run without an estimate has none (its time is not in ``seconds``), e.g. ``qmix (only DQN-family runs
     are measured)``"""
