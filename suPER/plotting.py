@@ -602,25 +602,30 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
 
     labels = sorted({b.label for b in bands} | {c.label for c in unfinished}, key=_method_order)
     both = len({is_paper(lab) for lab in labels}) > 1  # both protocols: ours dashed, the paper's solid
+
+    def shown(label: str) -> str:
+        """The legend's name: one protocol's figure says it in the caption, not after every method."""
+        return method_name(label) if both else method_name(label).replace(PAPER_SUFFIX, "", 1)
+
     handles: dict[str, Any] = {}
     for ax, env in zip(axes[0], envs):
         runs = sorted({b.n_runs for b in bands if b.env == env})
         for b in (b for b in bands if b.env == env):
             style = "--" if both and not is_paper(b.label) else "-"
             (line,) = ax.plot(b.steps, b.mean, color=method_color(b.label), lw=1.4, ls=style)
-            handles.setdefault(method_name(b.label), line)
+            handles.setdefault(shown(b.label), line)
             if not np.isnan(b.low).all():
                 ax.fill_between(b.steps, b.low, b.high, color=method_color(b.label), alpha=0.18, linewidth=0)
         for (_, label), group in groups([c for c in unfinished if c.env == env]).items():
             for c in group:
                 (line,) = ax.plot(c.steps, c.values, color=method_color(label), lw=0.8, ls=":", alpha=0.8)
-                handles.setdefault(f"{method_name(label)} (unfinished run)", line)
-        n = "" if not runs else f"{runs[0]} runs" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs"
+                handles.setdefault(f"{shown(label)} (unfinished run)", line)
+        n = "" if not runs else f"{runs[0]} run{'s' * (runs[0] > 1)}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]} runs"
         ax.set_title(env.replace("_", " ") + (f" ({n} per method)" if n else ""))
         ax.set_xlabel("env steps")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0"))
         ax.grid(alpha=0.3)
-    order = [method_name(lab) for lab in labels]
+    order = [shown(lab) for lab in labels]
     names = sorted(handles, key=lambda h: (order.index(h) if h in order else len(order), h))
     axes[0][0].set_ylabel(metric.replace("_", " ") + "\n(mean over runs, band: 95% bootstrap CI)")
     rows = -(-len(names) // 4)

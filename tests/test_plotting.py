@@ -265,6 +265,26 @@ def test_figure_legend_names_methods_as_the_paper_below_the_panels(tmp_path: Pat
     assert legend_y > axes_bottom  # SVG y grows downwards: the legend starts below every panel
 
 
+def test_one_protocols_figure_says_it_once_and_counts_runs_in_words(tmp_path: Path) -> None:
+    """A paper-protocol figure names its protocol in the caption, not after every method in the legend; with both
+    protocols the legend keeps "(paper)" to tell them apart. A panel of single runs says "1 run per method"."""
+    import re
+
+    rng = np.random.default_rng(0)
+
+    def texts(labels: list[str], seeds: tuple[int, ...]) -> set[str]:
+        curves = [P.RunCurve("battle", label, s, np.arange(5) * 1000.0, rng.normal(size=5), f"/x/{label}/{s}")
+                  for label in labels for s in seeds]
+        _, svg = P.plot_bands(P.aggregate(curves, n_resamples=50), tmp_path)
+        return set(re.findall(r">([^<>]+)</text>", svg.read_text()))
+
+    paper = texts(["ddqn (paper)", "ddqn_super_quantile (paper)"], (1,))
+    assert {"DDQN (no sharing)", "SUPER quantile", "battle (1 run per method)"} <= paper
+    assert not any("(paper)" in t for t in paper) and any(t.startswith("Protocol: paper.") for t in paper)
+    both = texts(["ddqn (paper)", "ddqn"], (1, 2))
+    assert {"DDQN (no sharing) (paper)", "DDQN (no sharing)", "battle (2 runs per method)"} <= both
+
+
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
 def test_written_files_respect_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
     """Figures, tables and run records get the mode of any new file (0666 less the umask), not the temp file's 0600:
