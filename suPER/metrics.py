@@ -37,8 +37,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("team_return_mean", "charts", "**headline**: sum over the learning team of each learner's episode "
            "return, mean over the greedy evaluation episodes"),
     Metric("team_return_std", "charts", "standard deviation of the team return over those episodes"),
-    Metric("all_agent_return_mean", "charts", "sum over *all* agents incl. fixed opponents (what the original's "
-           "RLlib `episode_reward_mean` was)"),
+    Metric("all_agent_return_mean", "charts", "sum over *all* agents incl. fixed opponents of every reward the env "
+           "pays (what the original's RLlib `episode_reward_mean` was; a PettingZoo agent's reward in the step it "
+           "joins counts here, while team and per-learner returns count a learner from its first action)"),
     Metric("episode_len_mean", "charts", "mean evaluation episode length"),
     Metric("return_", "charts", "each learner's mean evaluation return", per_agent=True),
     Metric("train_return_mean", "charts", "team return of the last 20 training (exploring) episodes"),
