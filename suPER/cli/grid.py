@@ -51,14 +51,17 @@ def grid_list(
                                                   "(default runs/<grid name>)")] = None,
     format_: Annotated[str, typer.Option("--format", help="table | cli (train arguments, one run per line) | "
                                                           "names (run folders) | json")] = "table",
+    cpus_per_trial: Annotated[float, typer.Option("--cpus-per-trial", help="CPUs per run, as grid run gets it: the "
+                                                                          "time to go's runs at a time here")] = 1.0,
 ) -> None:
-    """Show the runs a grid file expands to (entries x sweep points x seeds) and their status."""
+    """Show the runs a grid file expands to (entries x sweep points x seeds), their status and the time to go."""
     import dataclasses
     import json
 
     from suPER import runs
     from suPER.campaigns.local import stale as campaigns_stale
 
+    positive("--cpus-per-trial", cpus_per_trial)
     grid, selected = _load_grid(file, seeds, filter_)
     out = out or grid.default_out
     if format_ == "cli":
@@ -116,7 +119,7 @@ def grid_list(
         notes.append("every run above also gets: " + " ".join(p for p in pairs[id(selected[0])] if p in common))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     notes.append(f"{len(selected)} runs of {len(grid.runs)} ({summary}); run folders under {out}")
-    notes += _to_go(selected, states, out).describe(costs.local_parallel(1.0))
+    notes += _to_go(selected, states, out).describe(costs.local_parallel(cpus_per_trial))
     print_table(f"{grid.name}: {file}", ["entry", "env", "algo", "seed", "run folder", "status", "flags"], rows, notes)
 
 

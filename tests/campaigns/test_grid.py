@@ -259,6 +259,9 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
     assert "to go: 5 runs (1 running), 1,350 env steps, ~" in text
     assert "rates: pursuit (ours): median of" in text and "finished runs in results/fig1" in text
     r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
+                "--out", str(tmp_path), "--cpus-per-trial", "4096")  # as grid run would place them: one at a time
+    assert r.returncode == 0 and " 1 at a time " in " ".join(r.stdout.split()), r.stdout + r.stderr
+    r = run_cli("grid", "list", str(EXP / "smoke.yaml"), "--filter", "env=pursuit", "--filter", "algo=ddqn",
                 "--out", str(tmp_path), "--format", "json")
     assert r.returncode == 0, r.stderr
     by_name = {row["run_name"]: row for row in json.loads(r.stdout)}
