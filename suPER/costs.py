@@ -160,18 +160,20 @@ class Pricing:
                     return Rates(r.train_s_per_step, r.eval_s_per_episode, f"{r.source}, {p} protocol")
         return None
 
-    def seconds_left(self, cfg: C.ExperimentConfig, done_steps: int = 0) -> float | None:
-        """Seconds a run of ``cfg`` still needs after ``done_steps`` env steps (module docstring); None where it
-        cannot be priced (another algorithm, or no finished run of its env)."""
-        rates = self.rates(cfg.env.name, cfg.run.protocol) if measurable(cfg) else None
-        if rates is None:
-            return None
-        n = cfg.run.num_timesteps
-        left = max(n - done_steps, 0)
-        if left == 0:
-            return 0.0
-        episodes = left / n * (evaluation_episodes(cfg) - cfg.run.final_games) + cfg.run.final_games
-        return left * rates.train_s_per_step + episodes * rates.eval_s_per_episode
+    def price(self, cfg: C.ExperimentConfig) -> Rates | None:
+        """The rates of a run of ``cfg`` (``rates`` of its env and protocol); None where it cannot be priced (another
+        algorithm, or no finished run of its env)."""
+        return self.rates(cfg.env.name, cfg.run.protocol) if measurable(cfg) else None
+
+
+def seconds_left(cfg: C.ExperimentConfig, rates: Rates, done_steps: int = 0) -> float:
+    """Seconds a run of ``cfg`` still needs at ``rates`` after ``done_steps`` env steps (module docstring)."""
+    n = cfg.run.num_timesteps
+    left = max(n - done_steps, 0)
+    if left == 0:
+        return 0.0
+    episodes = left / n * (evaluation_episodes(cfg) - cfg.run.final_games) + cfg.run.final_games
+    return left * rates.train_s_per_step + episodes * rates.eval_s_per_episode
 
 
 @dataclass
@@ -210,21 +212,19 @@ class ToGo:
         return f"no estimate for {len(self.unpriced)} runs: {', '.join(dict.fromkeys(self.unpriced))}"
 
 
-def to_go(runs: Iterable[tuple[C.ExperimentConfig, int, bool]], pricing: Pricing) -> ToGo:
-    """Add up runs given as (config, env steps done, running) (finished runs are left out by the caller)."""
-    out = ToGo(0, 0, 0.0, 0, {}, [])
-    for cfg, done, running in runs:
+def to_go(runs: Iterable[tuple[C.ExperimentConfig, int]], pricing: Pricing, running: int = 0) -> ToGo:
+    """Add up runs given as (config, env steps done), ``running`` of them running (the caller leaves finished runs
+    out)."""
+    out = ToGo(0, running, 0.0, 0, {}, [])
+    for cfg, done in runs:
         out.runs += 1
-        out.running += running
         out.env_steps += max(cfg.run.num_timesteps - done, 0)
-        seconds = pricing.seconds_left(cfg, done)
-        if seconds is None:
+        rates = pricing.price(cfg)
+        if rates is None:
             out.unpriced.append(f"{cfg.run.algo} (only DQN-family runs are measured)" if not measurable(cfg) else
                                 f"{cfg.env.name} (no finished run of it to measure a rate from)")
             continue
-        out.seconds += seconds
-        rates = pricing.rates(cfg.env.name, cfg.run.protocol)
-        assert rates is not None
+        out.seconds += seconds_left(cfg, rates, done)
         out.sources.setdefault(f"{cfg.env.name} ({cfg.run.protocol})", rates.source)
     return out
 
@@ -244,5 +244,4 @@ def full_budget_h(env: str, rates: Rates) -> float:
     """Hours of one run at the paper's budget and evaluation (``resolve(env)``) at ``rates``."""
     from suPER.resolve import resolve
 
-    cfg = resolve(env)
-    return (cfg.run.num_timesteps * rates.train_s_per_step + evaluation_episodes(cfg) * rates.eval_s_per_episode) / 3600
+    return seconds_left(resolve(env), rates) / 3600

@@ -138,14 +138,11 @@ def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
     """Sort runs into finished / to do (``campaigns.plan_runs``) and price those to do (``costs``: the finished runs
     under ``out`` first, then the committed Figure 1 records); an unfinished run counts the env steps it has left."""
     from suPER.campaigns import plan_runs
-    from suPER.runs import RUNNING, RunFolder
+    from suPER.runs import RunFolder
 
     plan = plan_runs(runs, Path(out).resolve())
-    left = []
-    for r in plan.todo:
-        folder = RunFolder(Path(out) / r.run_name)
-        progress = folder.progress()
-        left.append((r.config(), progress.env_steps if progress is not None else 0, folder.status() == RUNNING))
+    progress = [RunFolder(Path(out) / r.run_name).progress() for r in plan.todo]
+    left = [(r.config(), p.env_steps if p is not None else 0) for r, p in zip(plan.todo, progress)]
     return Estimate(len(runs), plan.todo, len(plan.finished), costs.to_go(left, costs.Pricing.of(out)), parallel)
 
 

@@ -82,11 +82,12 @@ def test_what_a_run_still_needs_at_given_rates() -> None:
     pricing = costs.Pricing([{("battle", "paper"): rates}])
     cfg = resolve("battle", overrides={**CAMPAIGN, "run.protocol": "paper"})
     assert cfg.run.final_games == 100
-    assert pricing.seconds_left(cfg, 50_000) == pytest.approx(50_000 * 0.02 + (205 + 100) * 1.5)
-    assert pricing.seconds_left(cfg, 100_000) == 0.0
-    assert pricing.seconds_left(resolve("battle", "qmix", overrides=CAMPAIGN)) is None
-    go = costs.to_go([(cfg, 50_000, True), (cfg, 0, False), (resolve("pursuit", overrides=CAMPAIGN), 0, False),
-                      (resolve("battle", "qmix", overrides=CAMPAIGN), 0, False)], pricing)
+    assert pricing.price(cfg) == rates
+    assert costs.seconds_left(cfg, rates, 50_000) == pytest.approx(50_000 * 0.02 + (205 + 100) * 1.5)
+    assert costs.seconds_left(cfg, rates, 100_000) == 0.0
+    assert pricing.price(resolve("battle", "qmix", overrides=CAMPAIGN)) is None
+    go = costs.to_go([(cfg, 50_000), (cfg, 0), (resolve("pursuit", overrides=CAMPAIGN), 0),
+                      (resolve("battle", "qmix", overrides=CAMPAIGN), 0)], pricing, running=1)
     assert (go.runs, go.running, go.env_steps) == (4, 1, 350_000)
     assert go.unpriced == ["pursuit (no finished run of it to measure a rate from)",
                            "qmix (only DQN-family runs are measured)"]

@@ -128,12 +128,9 @@ def _to_go(selected: list[Any], states: dict[int, tuple[str, Any]], out: Path) -
     so it is left out): priced by the finished runs under ``out``, then the committed Figure 1 records."""
     from suPER import runs
 
-    left = []
-    for r in selected:
-        status, progress = states[id(r)]
-        if status not in ("pending", "stale", runs.FINISHED):
-            left.append((r.config(), progress.env_steps if progress is not None else 0, status == runs.RUNNING))
-    return costs.to_go(left, costs.Pricing.of(out))
+    left = [(r, *states[id(r)]) for r in selected if states[id(r)][0] not in ("pending", "stale", runs.FINISHED)]
+    return costs.to_go([(r.config(), p.env_steps if p is not None else 0) for r, _, p in left], costs.Pricing.of(out),
+                       running=sum(status == runs.RUNNING for _, status, _ in left))
 
 
 @grid_app.command("run")

@@ -267,7 +267,8 @@ def plan_line(cfg: C.ExperimentConfig, backend: str = "native") -> str:
     text = (f"{cfg.env.name}, {cfg.run.algo}"
             f"{', SUPER ' + cfg.relay.mode + ' b=' + str(cfg.relay.bandwidth) if cfg.relay.enabled else ''}, "
             f"{cfg.run.num_timesteps:,} env steps, {evals} evaluations x {cfg.run.eval_episodes} episodes")
-    seconds = costs.Pricing.of().seconds_left(cfg) if backend == "native" else None
+    rates = costs.Pricing.of().price(cfg) if backend == "native" else None
+    seconds = None if rates is None else costs.seconds_left(cfg, rates)
     if seconds is not None:
         hours = seconds / 3600
         text += (f", estimated {hours:.1f} h" if hours >= 1 else f", estimated {seconds / 60:.0f} min") + \
