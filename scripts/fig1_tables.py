@@ -117,7 +117,7 @@ def claim_lines(rows: list[dict], env_note: str = "") -> list[str]:
                      f"{r['baseline_runs']} | {r['iqm_difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | "
                      f"{r['probability_of_improvement']:.2f} | {_p(r['welch_p'])} ({_p(r['welch_p_holm'])}) | "
                      f"{_p(r['tost_p_holm'])} | {r['verdict'].removesuffix(' at this budget')}"
-                     f"{' (fragile)' if r['fragile'] else ''} | {others} | "
+                     f"{analysis.FRAGILE if r['fragile'] else ''} | {others} | "
                      f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
     return lines
 

@@ -542,27 +542,34 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str
     atomic_write_text(path, buf.getvalue())
 
 
+FRAGILE = " (fragile)"
+"""what a verdict shown with its fragility ends in"""
+
+
 def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "claims",
-                 score: str = "final scores (mean of each run's last 10% of evaluations)",
-                 note: str = "") -> tuple[Path, Path]:
-    """Claim table as CSV and markdown (``score``: what the scores are, for the header; ``note`` follows it).
+                 score: str = "final scores (mean of each run's last 10% of evaluations)") -> tuple[Path, Path]:
+    """Claim table as CSV and markdown (``score``: what the scores are, for the header). The header describes the
+    equivalence test and the windows only where the rows have them (a TOST margin, verdicts by window).
     Returns (csv, md)."""
     out_dir = Path(out_dir)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, CLAIM_COLUMNS)
     families = ", ".join(dict.fromkeys(r["family"] for r in rows))
+    tost = any(r["tost_margin"] == r["tost_margin"] for r in rows)  # NaN: no margin
+    windows = any(r["verdicts_by_window"] for r in rows)
     lines = [f"Claims: difference of IQM of {score}, SUPER minus "
              "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
-             "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on the final scores (two-sided), "
+             "baseline run) with its CI (Agarwal et al. 2021); p of Welch's t-test on those scores (two-sided), "
              f"raw and Holm-adjusted over each env's claims under one protocol (families: {families or '-'}). "
              "Verdict on the adjusted "
-             "p: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), equivalent (CI contains 0 and "
-             f"the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} x (best - random) of the env under "
-             "the claim's protocol), "
-             "inconclusive otherwise (or fewer than 2 runs a side). Fragile: the verdict differs under another "
-             "final-score window (last 5%, 10%, 20% of evaluations, AUC = all of them). Seeds: runs per side for 80% "
-             "power at the observed effect (alpha 0.05 / family size), for inconclusive rows." + (f" {note}" if note
-                                                                                              else ""), "",
+             "p: holds (CI > 0 and p < 0.05), does not hold (CI < 0 and p < 0.05), "
+             + (f"equivalent (CI contains 0 and the Holm-adjusted TOST p < 0.05 at a margin of {EQUIVALENCE_MARGIN:g} "
+                "x (best - random) of the env under the claim's protocol), " if tost else "")
+             + "inconclusive otherwise (or fewer than 2 runs a side). "
+             + ("Fragile: the verdict differs under another final-score window (last 5%, 10%, 20% of evaluations, "
+                "AUC = all of them). " if windows else "")
+             + "Seeds: runs per side for 80% power at the observed effect (alpha 0.05 / family size), for "
+             "inconclusive rows.", "",
              "| env | protocol | claim | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
              "TOST p (Holm) | verdict | by window | seeds for 80% power |",
              "|---|---|---|---:|---:|---|---:|---:|---:|---|---|---:|"]
@@ -574,7 +581,7 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
                      f"{_fmt(r['iqm_difference'])} | [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | "
                      f"{_fmt(r['probability_of_improvement'])} [{_fmt(r['poi_ci_low'])}, {_fmt(r['poi_ci_high'])}] | "
                      f"{_fmt_p(r['welch_p'])} ({_fmt_p(r['welch_p_holm'])}) | {_fmt_p(r['tost_p_holm'])} | "
-                     f"{r['verdict']}{' (fragile)' if r['fragile'] else ''} | {r['verdicts_by_window'] or '-'} | "
+                     f"{r['verdict']}{FRAGILE if r['fragile'] else ''} | {r['verdicts_by_window'] or '-'} | "
                      f"{'-' if seeds != seeds else '>10000' if seeds == float('inf') else f'{seeds:.0f}'} |")
     if not rows:
         lines.append("| - | - | no SUPER configuration with a baseline in these runs | | | | | | | | | |")
@@ -599,7 +606,6 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     other's. Claims of either protocol appear; which deviation moves a verdict that differs is a question for a pair
     of runs that isolates it, not for this table."""
     by_claim: dict[tuple[str, str], dict[str, Any]] = {}
-    verdicts: dict[tuple[str, str, str], str] = {}  # (env, claim, protocol) -> verdict without its fragility
     for r in sorted(rows, key=lambda r: r["protocol"] != "paper"):
         rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
         if r["protocol"] == "paper":
@@ -608,13 +614,12 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out = by_claim.setdefault(key, {"env": key[0], "claim": key[1], **{
             f"{p}_{k}": v for p in ("paper", "ours") for k, v in (("runs", "-"), ("difference", float("nan")),
                                                                   ("verdict", "-"))}})
-        verdicts[(*key, r["protocol"])] = r["verdict"]
-        verdict_text = r["verdict"] + (" (fragile)" if r.get("fragile") else "")
+        verdict_text = r["verdict"] + (FRAGILE if r.get("fragile") else "")
         out.update({f"{r['protocol']}_runs": f"{r['super_runs']} vs {r['baseline_runs']}",
                     f"{r['protocol']}_difference": r["iqm_difference"], f"{r['protocol']}_verdict": verdict_text})
-    for key, out in by_claim.items():
-        paper, ours = verdicts.get((*key, "paper")), verdicts.get((*key, "ours"))
-        out["same_verdict"] = "-" if paper is None or ours is None else "yes" if paper == ours else "no"
+    for out in by_claim.values():
+        paper, ours = (out[f"{p}_verdict"].removesuffix(FRAGILE) for p in ("paper", "ours"))
+        out["same_verdict"] = "-" if "-" in (paper, ours) else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
 
@@ -764,8 +769,7 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     if games:  # battle's runs: the same claims judged on their final policies' 100 varied games
         say("analysis: the same claims on the final policies' varied games")
         paths["games_claims_csv"], paths["games_claims_md"] = write_claims(
-            claim_table(games, n_resamples), out_dir, f"{prefix}claims_final_games", FINAL_GAMES_SCORE,
-            "Here no TOST margin and one score per run: no row is equivalent or fragile.")
+            claim_table(games, n_resamples), out_dir, f"{prefix}claims_final_games", FINAL_GAMES_SCORE)
     say("analysis: aggregates across envs")
     agg = aggregate_metrics(norm, n_resamples=n_resamples)
     paths["aggregate_csv"], paths["aggregate_md"] = write_aggregates(agg, info, out_dir, f"{prefix}aggregate")

@@ -256,7 +256,11 @@ def test_claims_on_final_games_use_each_runs_varied_games_not_its_curve(tmp_path
     with paths["claims_csv"].open() as f:
         on_curves = {r["claim"]: r["verdict"] for r in csv.DictReader(f)}
     assert on_curves["SUPER-quantile - no sharing"] == A.HOLDS
-    assert "mean team return over its final policy's varied games" in paths["games_claims_md"].read_text()
+    games_md, curves_md = paths["games_claims_md"].read_text(), paths["claims_md"].read_text()
+    assert "mean team return over its final policy's varied games" in games_md
+    # one score per run and no margin: the header leaves out what the table cannot say; the curves' table has both
+    assert "Fragile:" not in games_md and "TOST" not in games_md.split("\n\n")[0]
+    assert "Fragile:" in curves_md and "TOST p < 0.05 at a margin" in curves_md
 
 
 def test_marl_eval_rejects_commas_and_unwritable_paths(tmp_path: Path) -> None:
