@@ -31,8 +31,8 @@ OPTIONAL_FILES = ("final_games.json",)
 
 def collect(src: Path, dst: Path) -> int:
     """Copy finished runs' records from ``src`` to ``dst``; returns the exit code. Prints a line per run copied
-    (``new`` or ``updated``), skipped or failing, and a count; a record whose files ``dst`` already holds (as text) is left alone
-    and only counted."""
+    (``new`` or ``updated``), skipped or failing, and a count; a record whose files ``dst`` already holds (as
+    text) is left alone and only counted."""
     code = 0
     counts = {"new": 0, "updated": 0, "unchanged": 0, "skipped": 0}
     for folder in sorted(p for p in src.iterdir() if (p / "manifest.json").is_file()):

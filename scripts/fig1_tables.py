@@ -7,11 +7,12 @@
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
 its last 10% of evaluations) per env and configuration, seeds in order; the claim table (``analysis.claim_table``:
 every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env and protocol, TOST at 10% of the env's
-random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis``
-computes it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games
-(each run's ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's verdict under both protocols
-(``analysis.protocol_comparison``). ``costs``: what the runs cost and a full-budget run would need
-(``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these numbers.
+random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis`` computes
+it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games (each run's
+``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's
+verdict under both protocols (``analysis.protocol_comparison``). ``costs``: what the runs cost and a full-budget run
+would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these
+numbers.
 """
 
 from __future__ import annotations

@@ -3,14 +3,13 @@
 
     python scripts/run_costs.py [RECORDS]          # default results/fig1
 
-One row per env, protocol and CPU: the median rates of its finished runs (``suPER.costs``:
-training time per env step outside evaluation, evaluation time per episode, step 0's evaluation and battle's final
-games included) and the full-budget run they give: ``paper budget x training rate + (200 + 1) x 20 (+ final
-games) x evaluation rate`` (``resolve(env)``), in hours. A resumed run counts (its manifest's times continue from
-its last checkpoint); one whose segments ran on different machines is its own "mixed" row. The rates are what the
-runs met, load included: the CPU column says which machine, and LOG.md next to the records what else ran on it. The
-time a campaign still needs is ``grid list``'s "to go" line, at these
-rates (``fig1_campaign.sh --status`` prints it per stage).
+One row per env, protocol and CPU: the median rates of its finished runs (``suPER.costs``: training time per env step
+outside evaluation, evaluation time per episode, step 0's evaluation and battle's final games included) and the
+full-budget run they give: ``paper budget x training rate + (200 + 1) x 20 (+ final games) x evaluation rate``
+(``resolve(env)``), in hours. A resumed run counts (its manifest's times continue from its last checkpoint); one whose
+segments ran on different machines is its own "mixed" row. The rates are what the runs met, load included: the CPU
+column says which machine, and LOG.md next to the records what else ran on it. The time a campaign still needs is
+``grid list``'s "to go" line, at these rates (``fig1_campaign.sh --status`` prints it per stage).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 from suPER import config as C
 from suPER import costs
 from suPER import reproduce as R
+from suPER.campaigns import load_grid
 
 SMOKE = C.ROOT / "experiments" / "smoke.yaml"
 
@@ -51,8 +52,13 @@ def expected_seconds(cfg: C.ExperimentConfig, done: int, rates: dict[tuple[str, 
 
 @pytest.mark.parametrize("figure,fraction", [("fig1", None), ("fig1", 0.05), ("bandwidth", 0.5)])
 def test_dry_run_plans_runs_steps_and_estimate(tmp_path: Path, figure: str, fraction: float | None) -> None:
-    """With nothing under OUT, every run is priced at the committed Figure 1 records' median rates."""
-    grid, runs = R.figure_runs(figure, fraction)
+    """With nothing under OUT, every run is priced at the committed Figure 1 records' median rates. Runs and budgets
+    are counted from the grid file itself (the paper's budget x F where --fraction is given), not from reproduce's
+    own expansion."""
+    runnable = [r for r in load_grid(C.ROOT / R.FIGURES[figure].grid).runs if not r.pending]
+    budgets = [round(fraction * R.paper_budget(r.env)) if fraction else r.config().run.num_timesteps
+               for r in runnable]
+    grid, runs = R.figure_runs(figure, fraction)  # the paper protocol's configurations: their rates
     committed = costs.measured_rates(costs.RECORDS)
     seconds = sum(expected_seconds(r.config(), 0, committed) for r in runs)
     args = ["reproduce", figure, "--dry-run", "--out", str(tmp_path / "c")] + (["--fraction", str(fraction)]
@@ -60,7 +66,7 @@ def test_dry_run_plans_runs_steps_and_estimate(tmp_path: Path, figure: str, frac
     res = cli(*args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     n_runs, finished, steps, wall_h = plan_numbers(res.stdout)
-    assert (n_runs, finished, steps) == (len(runs), 0, sum(r.config().run.num_timesteps for r in runs))
+    assert (n_runs, finished, steps) == (len(runnable), 0, sum(budgets))
     parallel = costs.local_parallel(1.0)
     assert wall_h == pytest.approx(seconds / parallel / 3600, rel=0.05)  # printed as 1.2 h or 35 min
     assert "finished runs in results/fig1" in res.stdout
