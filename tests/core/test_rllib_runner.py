@@ -181,9 +181,9 @@ def test_an_rllib_run_does_not_depend_on_the_string_hash_seed(tmp_path: Path) ->
     order of a set of agent ids (so with one global generator, which agent got which exploration draw followed the
     hash seed too). With the modules listed in agent order, two real ``train --backend rllib`` processes with
     different hash seeds start from the same weights in every module and evaluate them alike (no update: learning
-    starts after the budget); each manifest records its hash seed. The training rows are not compared: under a
-    loaded test suite two processes parted there even without updates, with the same hash seed's mechanism fixed
-    (docs/rllib.md, defect 11), so they would make this test depend on the machine's load."""
+    starts after the budget); each manifest records its hash seed. The training rows are not compared: in two loaded
+    test suites two processes parted there, once without updates, for a reason other than the hash seed (docs/rllib.md,
+    defect 11), so they would make this test depend on the machine's load."""
     import csv
     import json
     import os
