@@ -155,7 +155,23 @@ class SlimFC(nn.Module):
         return self._model(x)
 
 
-class ReferenceQNet(nn.Module):
+class _QNetSettings(nn.Module):
+    """The settings both Q-networks are built from, checked once: ``obs_shape``, ``n_actions``, ``body`` (resolved,
+    never ``"auto"``), ``dueling``, ``hiddens``, ``obs_scale`` and ``body_out`` (the body's output width)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, body: BodyChoice, dueling: bool, hiddens: int,
+                 obs_scale: float) -> None:
+        super().__init__()
+        self.body: BodyKind = resolve_body(body, obs_shape)
+        self.obs_shape = _check_config(obs_shape, n_actions, self.body, hiddens)
+        self.n_actions = int(n_actions)
+        self.dueling = bool(dueling)
+        self.hiddens = int(hiddens)
+        self.obs_scale = check_obs_scale(obs_scale)
+        self.body_out = _body_out(self.body, hiddens)
+
+
+class ReferenceQNet(_QNetSettings):
     """One policy's Q-network, built from plain torch modules (the paper's network, REFERENCE section 5).
 
     conv body: Conv(C->32)·ReLU -> Conv(32->64)·ReLU -> Conv(64->64)·ReLU -> Flatten (NCHW order) ->
@@ -183,16 +199,8 @@ class ReferenceQNet(nn.Module):
         hiddens: int = 256,
         obs_scale: float = 1.0,
     ) -> None:
-        super().__init__()
-        body = resolve_body(body, obs_shape)
-        self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
-        self.n_actions = int(n_actions)
-        self.body = body
-        self.dueling = bool(dueling)
-        self.hiddens = int(hiddens)
-        self.obs_scale = check_obs_scale(obs_scale)
-        self.body_out = _body_out(body, hiddens)
-        if body == "conv":
+        super().__init__(obs_shape, n_actions, body, dueling, hiddens, obs_scale)
+        if self.body == "conv":
             c = self.obs_shape[2]
             c1, c2, c3 = CONV_CHANNELS
             k = CONV_KERNEL
@@ -311,7 +319,7 @@ def copy_into_slices(params: Mapping[str, torch.Tensor], state_dict: Mapping[str
             dst.copy_(src)
 
 
-class BatchedQNet(nn.Module):
+class BatchedQNet(_QNetSettings):
     """Q-networks of ``P`` independent policies, evaluated and trained in one batched call.
 
     Equal to ``P`` separate ``ReferenceQNet``s (see ``batched_from_reference``); each policy's slice is
@@ -343,19 +351,11 @@ class BatchedQNet(nn.Module):
         hiddens: int = 256,
         obs_scale: float = 1.0,
     ) -> None:
-        super().__init__()
         if n_policies < 1:
             raise ValueError(f"n_policies must be >= 1, got {n_policies}")
+        super().__init__(obs_shape, n_actions, body, dueling, hiddens, obs_scale)
         self.n_policies = P = int(n_policies)
-        body = resolve_body(body, obs_shape)
-        self.obs_shape = _check_config(obs_shape, n_actions, body, hiddens)
-        self.n_actions = int(n_actions)
-        self.body = body
-        self.dueling = bool(dueling)
-        self.hiddens = int(hiddens)
-        self.obs_scale = check_obs_scale(obs_scale)
-        self.body_out = _body_out(body, hiddens)
-        if body == "conv":
+        if self.body == "conv":
             chans = (self.obs_shape[2], *CONV_CHANNELS)
             self.convs = nn.ModuleList(
                 GroupedConv2d(P, chans[i], chans[i + 1], CONV_KERNEL) for i in range(len(CONV_CHANNELS))
