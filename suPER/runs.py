@@ -22,6 +22,7 @@ import errno
 import fcntl
 import functools
 import io
+import itertools
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import random
 import signal
 import socket
 import stat
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -309,9 +311,11 @@ class RunFolder:
         """How far the run is, from its config and metrics.csv; None when the folder has no readable config or
         metrics yet. What ``grid list`` shows for an unfinished run.
 
-        The time left is ``(budget - env_steps) * dwall / dsteps`` over the last ``rate_rows`` intervals between
-        evaluation rows (``wall_time_s`` includes evaluation and checkpoints, and continues across resumes),
-        so it is the recent pace of this run on this machine; None with fewer than two rows.
+        The time left is ``(budget - env_steps) x median(dwall / dsteps)`` over the last ``rate_rows`` intervals
+        between evaluation rows (``wall_time_s`` includes evaluation and checkpoints, and continues across
+        resumes), so it is the recent pace of this run on this machine; the median, so that one slow interval (the
+        one a resume spends starting up and reloading its checkpoint) does not set it. None with fewer than two
+        rows.
         """
         try:
             budget = int(json.loads(self.config.read_text())["run"]["num_timesteps"])
@@ -323,11 +327,11 @@ class RunFolder:
             return None
         env_steps = int(steps[-1]) if steps else 0
         seconds_left = None
-        if len(rows) >= 2:
-            first = max(0, len(rows) - 1 - rate_rows)
-            d_steps, d_wall = steps[-1] - steps[first], walls[-1] - walls[first]
-            if d_steps > 0 and d_wall > 0:  # NaN (no wall_time_s column) fails both comparisons
-                seconds_left = max(budget - env_steps, 0) * d_wall / d_steps
+        recent = list(zip(steps, walls, strict=True))[-(rate_rows + 1):]
+        paces = [(w1 - w0) / (s1 - s0) for (s0, w0), (s1, w1) in itertools.pairwise(recent)
+                 if s1 > s0 and w1 > w0]  # NaN (no wall_time_s column) fails the comparison
+        if paces:
+            seconds_left = max(budget - env_steps, 0) * statistics.median(paces)
         return RunProgress(env_steps, budget, seconds_left, walls[-1] if walls else float("nan"))
 
     def data_files(self) -> list[str]:
