@@ -258,6 +258,7 @@ def test_figure_legend_names_methods_as_the_paper_below_the_panels(tmp_path: Pat
     assert {"DDQN (no sharing)", "SUPER quantile", "Share-all", "Parameter sharing"} <= shown
     assert not shown & {"ddqn", "ddqn_ps", "ddqn_super_quantile", "ddqn_super_gaussian [shareall]"}
     assert any(t.startswith("Protocol: ours. Budget: pursuit 4k, battle 4k env steps") for t in shown)
+    assert any(t.startswith("Bands from 2-5 runs cover less than 95% (74% at 3 runs in simulation).") for t in shown)
     assert P.method_color("ddqn_ps") == P.method_color("ddqn_ps (paper)") != P.method_color("ddqn")
     legend_y = float(re.search(r'<g id="legend_1">.*?<path d="M ([\d.]+) ([\d.]+)', text, re.S).group(2))
     axes_bottom = max(float(m) for m in re.findall(r'<g id="axes_\d+">\s*<g id="patch_\d+">\s*<path d="M [\d.]+ ([\d.]+)',
@@ -267,7 +268,8 @@ def test_figure_legend_names_methods_as_the_paper_below_the_panels(tmp_path: Pat
 
 def test_one_protocols_figure_says_it_once_and_counts_runs_in_words(tmp_path: Path) -> None:
     """A paper-protocol figure names its protocol in the caption, not after every method in the legend; with both
-    protocols the legend keeps "(paper)" to tell them apart. A panel of single runs says "1 run per method"."""
+    protocols the legend keeps "(paper)" to tell them apart. A panel of single runs says "1 run per method". The
+    caption's note on bands from few runs comes with 2-5 runs only."""
     import re
 
     rng = np.random.default_rng(0)
@@ -281,6 +283,8 @@ def test_one_protocols_figure_says_it_once_and_counts_runs_in_words(tmp_path: Pa
     paper = texts(["ddqn (paper)", "ddqn_super_quantile (paper)"], (1,))
     assert {"DDQN (no sharing)", "SUPER quantile", "battle (1 run per method)"} <= paper
     assert not any("(paper)" in t for t in paper) and any(t.startswith("Protocol: paper.") for t in paper)
+    assert not any("Bands from" in t for t in paper)  # single runs draw no band
+    assert not any("Bands from" in t for t in texts(["ddqn"], (1, 2, 3, 4, 5, 6)))  # 6 runs: no longer "few"
     both = texts(["ddqn (paper)", "ddqn"], (1, 2))
     assert {"DDQN (no sharing) (paper)", "DDQN (no sharing)", "battle (2 runs per method)"} <= both
 
