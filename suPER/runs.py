@@ -313,9 +313,8 @@ class RunFolder:
 
         The time left is ``(budget - env_steps) x median(dwall / dsteps)`` over the last ``rate_rows`` intervals
         between evaluation rows (``wall_time_s`` includes evaluation and checkpoints, and continues across
-        resumes), so it is the recent pace of this run on this machine; the median, so that one slow interval (the
-        one a resume spends starting up and reloading its checkpoint) does not set it. None with fewer than two
-        rows.
+        resumes), so it is the recent pace of this run on this machine; the median, so that one slow interval
+        (another job's burst beside it, a resume's start-up) does not set it. None with fewer than two rows.
         """
         try:
             budget = int(json.loads(self.config.read_text())["run"]["num_timesteps"])

@@ -275,8 +275,8 @@ def test_grid_list_shows_how_far_unfinished_runs_are(tmp_path: Path) -> None:
 
 def test_run_progress_time_left_follows_the_recent_pace(tmp_path: Path) -> None:
     """The time left uses the last ``rate_rows`` intervals only (a run that slowed down, e.g. when a second run
-    started next to it, shows its current pace), their median pace (one slow interval, a resume's start-up, does not
-    set it), and is unknown with one row or without ``wall_time_s``."""
+    started next to it, shows its current pace), their median pace (one slow interval, another job's burst or a resume's
+    start-up, does not set it), and is unknown with one row or without ``wall_time_s``."""
     import json
 
     from suPER.runs import RunFolder
@@ -292,7 +292,7 @@ def test_run_progress_time_left_follows_the_recent_pace(tmp_path: Path) -> None:
     assert p.seconds_left == pytest.approx(7000 * 4.0)
     assert p.describe() == "3,000/10,000, ~7.8 h left"
     assert folder.progress(rate_rows=12).seconds_left == pytest.approx(7000 * 4.0)  # 8 of 12 intervals at 4 s
-    # 1 s per step, but the interval a resume started in took 500 s more (start-up, reloading the checkpoint)
+    # 1 s per step, but one interval took 500 s more (a test suite beside the run: the campaign's 500 s intervals)
     walls = [s + (500 if s >= 2750 else 0) for s in range(0, 3001, 250)]
     (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n" + "".join(
         f"{s},{w}\n" for s, w in zip(range(0, 3001, 250), walls, strict=True)))
