@@ -293,9 +293,8 @@ def test_run_progress_time_left_follows_the_recent_pace(tmp_path: Path) -> None:
     assert p.describe() == "3,000/10,000, ~7.8 h left"
     assert folder.progress(rate_rows=12).seconds_left == pytest.approx(7000 * 4.0)  # 8 of 12 intervals at 4 s
     # 1 s per step, but one interval took 500 s more (a test suite beside the run: the campaign's 500 s intervals)
-    walls = [s + (500 if s >= 2750 else 0) for s in range(0, 3001, 250)]
-    (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n" + "".join(
-        f"{s},{w}\n" for s, w in zip(range(0, 3001, 250), walls, strict=True)))
+    rows = [(s, s + (500 if s >= 2750 else 0)) for s in range(0, 3001, 250)]
+    (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n" + "".join(f"{s},{w}\n" for s, w in rows))
     assert folder.progress(rate_rows=5).seconds_left == pytest.approx(7000 * 1.0)
     (folder.path / "metrics.csv").write_text("env_steps,wall_time_s\n0,5\n")
     assert folder.progress().seconds_left is None and folder.progress().describe() == "0/10,000"
