@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from suPER.runs import atomic_write_text
+from suPER.runs import FINAL_GAMES_FILE, atomic_write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_rows import check  # noqa: E402
@@ -25,7 +25,7 @@ from check_rows import check  # noqa: E402
 RECORD_FILES = ("config.json", "manifest.json", "metrics.csv")
 """what a committed run record holds (the run's resolved config, provenance and evaluation rows)"""
 
-OPTIONAL_FILES = ("final_games.json",)
+OPTIONAL_FILES = (FINAL_GAMES_FILE,)
 """copied too where the run wrote them (battle runs' final policy in 100 varied games)"""
 
 

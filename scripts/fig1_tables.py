@@ -67,15 +67,13 @@ def final_games(records: Path, configurations: tuple[tuple[str, str], ...]) -> s
     """Battle's final policies on 100 varied games (``final_games.json`` of each finished battle run of the
     configurations, seeds in order): win rate with its 95% Wilson interval, loss and tie rates, mean episode length
     and team return, one row per configuration, one value per seed."""
-    import json
-
     curves = [c for c in plotting.load_run_curves(plotting.find_run_folders([records]))
               if c.env == "battle" and c.finished]
     lines = ["| configuration | seeds | win rate [95% Wilson] | loss rate | tie rate | episode length | team return |",
              "|---|---|---|---|---|---|---|"]
     for name, label in configurations:
-        games = sorted((c.seed, json.loads((Path(c.source) / "final_games.json").read_text())) for c in curves
-                       if c.label == label and (Path(c.source) / "final_games.json").is_file())
+        games = sorted((c.seed, g) for c in curves if c.label == label
+                       and (g := analysis.final_games_record(c)) is not None)
         if not games:
             continue
         seeds = ", ".join(f"s{s}" for s, _ in games)

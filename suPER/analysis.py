@@ -52,7 +52,7 @@ from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
 from suPER.resolve import from_dict
-from suPER.runs import atomic_write_bytes, atomic_write_json, atomic_write_text
+from suPER.runs import RunFolder, atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
 BASELINES = (
@@ -149,6 +149,13 @@ FINAL_GAMES_SCORE = "each run's mean team return over its final policy's varied 
 """what ``final_game_scores`` scores, as the claim table's header says it"""
 
 
+def final_games_record(curve: RunCurve) -> dict[str, Any] | None:
+    """The run's final policy in varied games (its ``final_games.json``: win / loss / tie rates with Wilson
+    intervals, mean episode length and team return), or None for a run that played none."""
+    path = RunFolder(Path(curve.source)).final_games
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def final_game_scores(curves: Sequence[RunCurve]) -> dict[str, dict[str, np.ndarray]]:
     """env -> configuration -> each finished run's mean team return over the games its final policy played when
     training ended (``final_games.json`` in the run folder: battle's 100 games against the exploring opponent), in
@@ -159,8 +166,7 @@ def final_game_scores(curves: Sequence[RunCurve]) -> dict[str, dict[str, np.ndar
     """
     out: dict[str, dict[str, np.ndarray]] = {}
     for (env, label), group in plotting.groups([c for c in curves if c.finished]).items():
-        files = [Path(c.source) / "final_games.json" for c in group]
-        values = [float(json.loads(f.read_text())["team_return"]) for f in files if f.is_file()]
+        values = [float(games["team_return"]) for games in map(final_games_record, group) if games is not None]
         if values:
             out.setdefault(env, {})[label] = np.asarray(values)
     return out

@@ -101,7 +101,10 @@ def describe_os_error(exc: OSError) -> str:
 # atomic files
 
 
-TEMP_PREFIXES = ("config.json", "manifest.json", "metrics.csv", "curve.png", "latest.pt", "final.pt")
+FINAL_GAMES_FILE = "final_games.json"
+"""A run's final policy in varied games (``run.final_games``: battle's 100 against the exploring opponent)."""
+
+TEMP_PREFIXES = ("config.json", "manifest.json", "metrics.csv", "curve.png", "latest.pt", "final.pt", FINAL_GAMES_FILE)
 """Files of a run folder written by the atomic writers; their temp files are ``.<name>.<random><suffix>``."""
 
 
@@ -280,6 +283,11 @@ class RunFolder:
     def metrics(self) -> Path:
         """One row per evaluation."""
         return self.path / "metrics.csv"
+
+    @property
+    def final_games(self) -> Path:
+        """The final policy's varied games (``run.final_games``), in runs that play them."""
+        return self.path / FINAL_GAMES_FILE
 
     @property
     def curve(self) -> Path:

@@ -53,10 +53,6 @@ def opponent_file(cfg: C.ExperimentConfig) -> dict[str, Any]:
     return {"opponent_file": str(path), "opponent_sha256": sha256(path)}
 
 
-FINAL_GAMES_FILE = "final_games.json"
-"""A run's final games (``run.final_games``), in its folder."""
-
-
 def play_final_games(cfg: C.ExperimentConfig, folder: Any, backend: str = "native") -> dict[str, Any] | None:
     """The final policy's games against the env's opponent team (``opponents.final_games``), written to
     ``final_games.json`` and printed in one line; None when the run has none to play."""
@@ -66,7 +62,7 @@ def play_final_games(cfg: C.ExperimentConfig, folder: Any, backend: str = "nativ
     record = final_games(cfg, folder.checkpoints / "final.pt", backend)
     if record is None:
         return None
-    atomic_write_json(folder.path / FINAL_GAMES_FILE, record)
+    atomic_write_json(folder.final_games, record)
     ci = record["win_rate_ci"]
     print(f"{cfg.run_name}: final policy in {record['games']} games against {record['opponent']} (epsilon "
           f"{record['opponent_epsilon']:g}): win {record['win_rate']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}], loss "

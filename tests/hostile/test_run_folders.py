@@ -276,12 +276,13 @@ def test_format_1_checkpoint_with_whole_metrics_still_resumes(unfinished: Path,
 
 def test_temp_files_of_a_killed_writer_are_removed(unfinished: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = unfinished / RUN / "checkpoints"
-    stale = [ckpt / ".latest.pt.k2j4x9ab.pt", ckpt / ".latest.pt.zz81qq0c.pt", unfinished / RUN / ".metrics.csv.a1b2c3d4.tmp"]
+    stale = [ckpt / ".latest.pt.k2j4x9ab.pt", ckpt / ".latest.pt.zz81qq0c.pt", unfinished / RUN / ".metrics.csv.a1b2c3d4.tmp",
+             unfinished / RUN / ".final_games.json.9x8y7z6w.tmp"]
     for p in stale:
         p.write_bytes(b"\0" * 200_000)
     keep = unfinished / RUN / ".user-notes"
     keep.write_text("mine")
-    resumed_ok(unfinished, capsys, "removed 3 temp file(s)")
+    resumed_ok(unfinished, capsys, "removed 4 temp file(s)")
     assert not any(p.exists() for p in stale) and keep.read_text() == "mine"
 
 
