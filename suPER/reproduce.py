@@ -142,7 +142,7 @@ def estimate(runs: Sequence[GridRun], out: Path, parallel: int) -> Estimate:
 
     plan = plan_runs(runs, Path(out).resolve())
     progress = [RunFolder(Path(out) / r.run_name).progress() for r in plan.todo]
-    left = [(r.config(), p.env_steps if p is not None else 0) for r, p in zip(plan.todo, progress)]
+    left = [(r.config(), p.env_steps if p is not None else 0) for r, p in zip(plan.todo, progress, strict=True)]
     return Estimate(len(runs), plan.todo, len(plan.finished), costs.to_go(left, costs.Pricing.of(out)), parallel)
 
 
