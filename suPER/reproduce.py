@@ -44,9 +44,9 @@ class Figure:
 
 FIGURES = {
     "fig1": Figure("fig1", "experiments/fig1.yaml", claims=True,
-                   title="Figure 1: the learning team's return in training, SUPER against the baselines"),
+                   title="Figure 1: the learning team's greedy evaluation return over training, SUPER against the baselines"),
     "bandwidth": Figure("bandwidth", "experiments/bandwidth_sweep.yaml", claims=False,
-                        title="SUPER's bandwidth: the learning team's return in training on pursuit"),
+                        title="SUPER's bandwidth: the learning team's greedy evaluation return over training on pursuit"),
 }
 """``reproduce FIGURE`` -> its grid."""
 
