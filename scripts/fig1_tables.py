@@ -140,7 +140,7 @@ def games_claims(curves: list[plotting.RunCurve]) -> str:
     return "\n".join([CLAIM_HEADER, *claim_lines(rows, " (varied games)")])
 
 
-SECTIONS = {"compare": ("### Verdicts by protocol", "### Under the paper's protocol"),
+SECTIONS = {"compare": ("### Verdicts by protocol", "### What the full budget needs"),
             "paper": ("#### Results so far", "### Under our protocol"),
             "ours": ("#### Results (", "#### Honest notes"),
             "costs": ("### What the full budget needs", "\n## ")}

@@ -171,7 +171,7 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
                         "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(FIG1, PAPER_CONFIGURATIONS),
                                      games_claims(paper)]))
-    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Under the paper's protocol"),
+    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What the full budget needs"),
                         comparison(curves))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
 
