@@ -63,12 +63,11 @@ def claim_rows(curves: list[plotting.RunCurve]) -> list[dict]:
     return sorted(rows, key=lambda r: order.get(r["env"], len(order)))
 
 
-def final_games(records: Path, configurations: tuple[tuple[str, str], ...]) -> str:
+def final_games(curves: list[plotting.RunCurve], configurations: tuple[tuple[str, str], ...]) -> str:
     """Battle's final policies on 100 varied games (``final_games.json`` of each finished battle run of the
-    configurations, seeds in order): win rate with its 95% Wilson interval, loss and tie rates, mean episode length
-    and team return, one row per configuration, one value per seed."""
-    curves = [c for c in plotting.load_run_curves(plotting.find_run_folders([records]))
-              if c.env == "battle" and c.finished]
+    configurations among ``curves``, seeds in order): win rate with its 95% Wilson interval, loss and tie rates,
+    mean episode length and team return, one row per configuration, one value per seed."""
+    curves = [c for c in curves if c.env == "battle" and c.finished]
     lines = ["| configuration | seeds | win rate [95% Wilson] | loss rate | tie rate | episode length | team return |",
              "|---|---|---|---|---|---|---|"]
     for name, label in configurations:
@@ -157,7 +156,7 @@ def tables(curves: list[plotting.RunCurve], records: Path, protocol: str) -> str
         return comparison(curves)
     if protocol == "paper":
         paper = [c for c in curves if plotting.is_paper(c.label)]
-        return "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(records, PAPER_CONFIGURATIONS),
+        return "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
                             games_claims(paper)])
     return markdown([c for c in curves if not plotting.is_paper(c.label)])
 

@@ -169,7 +169,7 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     paper = [c for c in curves if plotting.is_paper(c.label)]
     _assert_same_tables(_section(figure1, "#### Results (", "#### Honest notes"), markdown(ours))
     _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
-                        "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(FIG1, PAPER_CONFIGURATIONS),
+                        "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
                                      games_claims(paper)]))
     _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What the full budget needs"),
                         comparison(curves))
