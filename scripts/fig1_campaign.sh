@@ -9,6 +9,9 @@
 #   3. paper protocol, pursuit: no sharing, SUPER quantile, share-all, seeds 1-3 (9 runs)
 #   4. our protocol, battle + adversarial pursuit: seeds 4-5 of stage 1's configurations (16 runs, 2 of them
 #      recorded already)
+#   5. deviation pairs (experiments/fig1_isolate.yaml, in runs/fig1_isolate): adversarial pursuit's share-all under
+#      the paper protocol with ours's insertion priority, seeds 1-3 (3 runs; each pairs with stage 1's run of its
+#      seed)
 #
 #   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
@@ -16,8 +19,10 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/fig1 (commit them)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
-# commit), its .venv (created if missing, a few minutes), the finished runs' records copied from results/fig1 into
-# its run folder (status "finished", so `grid run` skips them: a new machine has lost the run folders), then the
+# commit), its .venv (created if missing, a few minutes), the grid files the pinned commit lacks copied in
+# (untracked: fig1_isolate.yaml, whose base is the pinned fig1_paper.yaml), the finished runs' records copied from
+# results/<folder> into its run folders (status "finished", so `grid run` skips them: a new machine has lost the run
+# folders), then the
 # stages detached in their own session at the lowest scheduler share (setsid gives them their own autogroup, where
 # plain nice does not yield; so the autogroup is niced too), logging to DIR/campaign.log.
 # Check after a resume: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
@@ -33,30 +38,38 @@ if [ "${1:-}" = --worktree ]; then
 fi
 # the checks run with this checkout's code when it has a venv
 py="$repo/.venv/bin/python"; [ -x "$py" ] || py="$wt/.venv/bin/python"
-PAPER=experiments/fig1_paper.yaml OURS=experiments/fig1.yaml
+PAPER=experiments/fig1_paper.yaml OURS=experiments/fig1.yaml ISOLATE=experiments/fig1_isolate.yaml
+FOLDERS="fig1 fig1_isolate"  # campaign folders under runs/ (worktree) and results/ (records)
 FOUR='name=*-ddqn,*-super-quantile,*-shareall,*-paramshare'
-stages() {  # one line per grid run: grid file, then its arguments
+stages() {  # one line per grid run: its campaign folder, grid file, then its arguments
   printf '%s\n' \
-    "$PAPER --seeds 5 --filter env=battle,adversarial_pursuit --filter $FOUR" \
-    "$PAPER --seeds 3 --filter env=battle,adversarial_pursuit --filter name=*-super-gaussian,*-super-stochastic" \
-    "$PAPER --seeds 3 --filter env=pursuit --filter name=*-ddqn,*-super-quantile,*-shareall" \
-    "$OURS --seeds 5 --filter seed=4,5 --filter env=battle,adversarial_pursuit --filter $FOUR"
+    "fig1 $PAPER --seeds 5 --filter env=battle,adversarial_pursuit --filter $FOUR" \
+    "fig1 $PAPER --seeds 3 --filter env=battle,adversarial_pursuit --filter name=*-super-gaussian,*-super-stochastic" \
+    "fig1 $PAPER --seeds 3 --filter env=pursuit --filter name=*-ddqn,*-super-quantile,*-shareall" \
+    "fig1 $OURS --seeds 5 --filter seed=4,5 --filter env=battle,adversarial_pursuit --filter $FOUR" \
+    "fig1_isolate $ISOLATE --seeds 3"
 }
+# a grid file the pinned commit lacks (untracked there; its runs' config.json record what it sets), for every command
+[ ! -d "$wt/experiments" ] || cp "$repo/$ISOLATE" "$wt/$ISOLATE"
 case "${1:-}" in
   --stages)
-    stages | sed 's/^/super-marl grid run /'; exit 0 ;;
+    stages | sed -E 's/^([^ ]+) (.*)$/super-marl grid run \2 --out runs\/\1/'; exit 0 ;;
   --status)
     if pgrep -f "fig1-campaign-stages" > /dev/null; then echo "campaign: running"; else echo "campaign: not running"; fi
-    list() {  # grid list of a stage line (its words as grid run gets them; set -f: the globs are filters)
-      # shellcheck disable=SC2086
-      (set -f; RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt"/$1 --out "$wt/runs/fig1")
+    list() {  # grid list of a stage line: its folder, then its words as grid run gets them (set -f: globs are filters)
+      local out=$1; shift
+      # shellcheck disable=SC2068
+      (set -f; RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt"/$@ --out "$wt/runs/$out")
     }
-    for grid in "$OURS --seeds 5" "$PAPER --seeds 5"; do  # every started run of the campaign folder
-      list "$grid" | grep -vE $'\t(-|pending)\t|^(to go|rates|no estimate)' || true
+    for grid in "fig1 $OURS --seeds 5" "fig1 $PAPER --seeds 5" "fig1_isolate $ISOLATE --seeds 3"; do
+      # every started run of the campaign folders (set -f: no glob in these words)
+      # shellcheck disable=SC2086
+      (set -f; list $grid) | grep -vE $'\t(-|pending)\t|^(to go|rates|no estimate)' || true
     done
     k=0; togo=""
     while read -r line; do  # per stage: runs finished, and grid list's time to go at the measured rates
-      k=$((k + 1)); listed=$(list "$line")
+      # shellcheck disable=SC2086
+      k=$((k + 1)); listed=$(set -f; list $line)
       runs=$(grep -E '^[0-9]+ runs of' <<< "$listed" | cut -d' ' -f1)
       echo "stage $k: $(grep -c $'\tfinished' <<< "$listed" || true) of $runs runs finished"
       grep -E '^(to go|rates|no estimate)' <<< "$listed" | sed 's/^/  /'
@@ -67,9 +80,14 @@ case "${1:-}" in
            s += a[1] * (a[2] == "h" ? 3600 : a[2] == "min" ? 60 : 1) }
          match($0, /^to go: [0-9]+ runs/) { split(substr($0, RSTART, RLENGTH), b, " "); n += b[3] }
          END { printf "to go, all stages: %d runs, ~%.0f h of runs, ~%.0f h two at a time\n", n, s / 3600, s / 7200 }' <<< "$togo"
-    exec "$py" "$repo/scripts/check_rows.py" "$wt/runs/fig1" ;;
+    # shellcheck disable=SC2086
+    exec "$py" "$repo/scripts/check_rows.py" $(printf "$wt/runs/%s " $FOLDERS) ;;
   --collect)
-    exec "$py" "$repo/scripts/collect_records.py" "$wt/runs/fig1" "$repo/results/fig1" ;;
+    for out in $FOLDERS; do
+      [ -d "$wt/runs/$out" ] || continue
+      "$py" "$repo/scripts/collect_records.py" "$wt/runs/$out" "$repo/results/$out"
+    done
+    exit 0 ;;
   "") ;;
   *) echo "fig1_campaign.sh: unknown argument ${1}: expected --worktree DIR, --stages, --status or --collect" >&2
      exit 2 ;;
@@ -82,9 +100,13 @@ fi
 at=$(git -C "$wt" rev-parse --short=7 HEAD)
 [ "$at" = "$COMMIT" ] || { echo "fig1_campaign.sh: --worktree $wt is at $at, the campaign runs at $COMMIT" >&2; exit 2; }
 [ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
-mkdir -p "$wt/runs/fig1"
-for rec in "$repo"/results/fig1/*/; do
-  [ -e "$wt/runs/fig1/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/fig1/"
+cp "$repo/$ISOLATE" "$wt/$ISOLATE"
+for out in $FOLDERS; do
+  mkdir -p "$wt/runs/$out"
+  for rec in "$repo/results/$out"/*/; do
+    [ -d "$rec" ] || continue
+    [ -e "$wt/runs/$out/$(basename "$rec")" ] || cp -r "$rec" "$wt/runs/$out/"
+  done
 done
 stages > "$wt/runs/fig1-stages.txt"  # untracked: the worktree stays clean, manifests name the pinned commit
 cd "$wt"
@@ -96,9 +118,9 @@ export RAY_health_check_failure_threshold=200
 # shellcheck disable=SC2016 # expanded by the detached bash
 setsid nohup bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true
   set -f  # the stages globs are grid filters, not file names
-  while read -r line; do
-    echo "== $(date -u +%FT%TZ) grid run $line"
-    nice -n 19 .venv/bin/super-marl grid run $line --out runs/fig1 --cpus-per-trial 1 --no-wandb < /dev/null \
+  while read -r out line; do
+    echo "== $(date -u +%FT%TZ) grid run $line --out runs/$out"
+    nice -n 19 .venv/bin/super-marl grid run $line --out "runs/$out" --cpus-per-trial 1 --no-wandb < /dev/null \
       || { echo "== stage stopped (exit $?): rerun scripts/fig1_campaign.sh to resume"; exit 1; }
   done < runs/fig1-stages.txt
   echo "== $(date -u +%FT%TZ) every stage finished"' fig1-campaign-stages >> campaign.log 2>&1 < /dev/null &

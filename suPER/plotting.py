@@ -139,7 +139,9 @@ def method_name(label: str) -> str:
     """A configuration label as the paper names the method: ``ddqn`` -> ``DDQN (no sharing)``,
     ``ddqn_super_quantile`` -> ``SUPER quantile``, ``ddqn_super_gaussian [shareall]`` -> ``Share-all``, ``ddqn_ps``
     -> ``Parameter sharing``; plain DQN's say ``(DQN)``, a paper-protocol run's end in ``(paper)`` (where
-    ``gaussian_variance`` is the paper's own gaussian), other tags stay in brackets, other labels as they are."""
+    ``gaussian_variance`` is the paper's own gaussian); a share-all variant's tag ``shareall_<variant>``
+    (experiments/fig1_isolate.yaml) gives ``Share-all [<variant>]``, other tags stay in brackets, other labels as
+    they are."""
     base, _, tag = label.partition(" [")
     tag = tag.removesuffix("]")
     paper = is_paper(label)
@@ -149,10 +151,10 @@ def method_name(label: str) -> str:
         return label
     dqn = algo in ("dqn", "ddqn")
     suffix = (" (DQN)" if algo == "dqn" else "") + (PAPER_SUFFIX if paper else "")
-    tags = [t for t in tag.split(", ") if t and t != "shareall"]
+    tags = [t.removeprefix("shareall_") for t in tag.split(", ") if t and t != "shareall"]
     if not dqn:
         name = ALGO_NAMES[algo] + (f" {rest}" if rest else "")
-    elif "shareall" in tag.split(", "):
+    elif any(t == "shareall" or t.startswith("shareall_") for t in tag.split(", ")):
         name = "Share-all"
     elif rest == "ps":
         name = "Parameter sharing"
@@ -610,6 +612,15 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
 
     labels = sorted({b.label for b in bands} | {c.label for c in unfinished}, key=_method_order)
     both = len({is_paper(lab) for lab in labels}) > 1  # both protocols: ours dashed, the paper's solid
+    methods = {method_name(lab) for lab in labels}
+
+    def style(label: str) -> str:
+        """A variant beside its method (``Share-all [insertmax]`` beside ``Share-all``: same colour) dash-dotted,
+        ours dashed beside the paper's, the rest solid."""
+        name = method_name(label)
+        if name.endswith("]") and name.rpartition(" [")[0] in methods:
+            return "-."
+        return "--" if both and not is_paper(label) else "-"
 
     def shown(label: str) -> str:
         """The legend's name: one protocol's figure says it in the caption, not after every method."""
@@ -619,8 +630,7 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     for ax, env in zip(axes[0], envs):
         runs = sorted({b.n_runs for b in bands if b.env == env})
         for b in (b for b in bands if b.env == env):
-            style = "--" if both and not is_paper(b.label) else "-"
-            (line,) = ax.plot(b.steps, b.mean, color=method_color(b.label), lw=1.4, ls=style)
+            (line,) = ax.plot(b.steps, b.mean, color=method_color(b.label), lw=1.4, ls=style(b.label))
             handles.setdefault(shown(b.label), line)
             if not np.isnan(b.low).all():
                 ax.fill_between(b.steps, b.low, b.high, color=method_color(b.label), alpha=0.18, linewidth=0)

@@ -237,6 +237,7 @@ def test_method_names_are_the_papers() -> None:
     assert method_name("ddqn_super_gaussian_variance (paper)") == "SUPER gaussian (paper)"  # the paper's gaussian
     assert method_name("ddqn_super_gaussian_variance") == "SUPER gaussian (variance)"
     assert method_name("ddqn_super_gaussian_variance (paper) [shareall]") == "Share-all (paper)"
+    assert method_name("ddqn_super_gaussian_variance (paper) [shareall_insertmax]") == "Share-all (paper) [insertmax]"
     assert method_name("dqn_super_stochastic") == "SUPER stochastic (DQN)"
     assert method_name("ddqn_super_quantile [bw005]") == "SUPER quantile [bw005]"
     assert method_name("qmix") == "QMIX" and method_name("my-run-name") == "my-run-name"
@@ -287,6 +288,26 @@ def test_one_protocols_figure_says_it_once_and_counts_runs_in_words(tmp_path: Pa
     assert not any("Bands from" in t for t in texts(["ddqn"], (1, 2, 3, 4, 5, 6)))  # 6 runs: no longer "few"
     both = texts(["ddqn (paper)", "ddqn"], (1, 2))
     assert {"DDQN (no sharing) (paper)", "DDQN (no sharing)", "battle (2 runs per method)"} <= both
+
+
+def test_a_variant_beside_its_method_keeps_the_colour_and_is_dash_dotted(tmp_path: Path) -> None:
+    """A deviation pair's variant (experiments/fig1_isolate.yaml: share-all with ours's insertion priority, tag
+    ``shareall_insertmax``) is drawn in its method's colour, dash-dotted, and named as the method with its variant;
+    the method itself stays solid (read back from the SVG: a dash pattern only on the variant's line)."""
+    import re
+
+    rng = np.random.default_rng(0)
+    labels = ["ddqn_super_gaussian_variance (paper) [shareall]",
+              "ddqn_super_gaussian_variance (paper) [shareall_insertmax]"]
+    curves = [P.RunCurve("adversarial_pursuit", label, s, np.arange(5) * 1000.0, rng.normal(size=5), f"/x/{label}/{s}")
+              for label in labels for s in (1, 2)]
+    _, svg = P.plot_bands(P.aggregate(curves, n_resamples=50), tmp_path)
+    text = svg.read_text()
+    assert {"Share-all", "Share-all [insertmax]"} <= set(re.findall(r">([^<>]+)</text>", text))
+    assert P.method_color(labels[0]) == P.method_color(labels[1])
+    lines = re.findall(r'<g id="line2d_\d+">\s*<path d="[^"]*"[^>]*style="([^"]*)"', text)
+    data = [st for st in lines if "stroke-width: 1.4" in st][:2]  # the two mean curves, in drawing order
+    assert len(data) == 2 and "stroke-dasharray" not in data[0] and "stroke-dasharray" in data[1]
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])

@@ -185,6 +185,21 @@ def test_grid_files_and_reproduce_take_the_protocol(tmp_path: Path) -> None:
     assert res.returncode == 2 and "--protocol: expected one of ours, paper, got 'theirs'" in res.stderr
 
 
+def test_a_deviation_pair_differs_from_its_paper_run_in_that_one_setting() -> None:
+    """experiments/fig1_isolate.yaml: each run is the paper protocol's share-all run of its seed on adversarial
+    pursuit with the insertion priority switched back to ours (and a tag that keeps its folder apart), nothing else."""
+    pairs = load_grid(C.ROOT / "experiments" / "fig1_isolate.yaml", seeds=3).runs
+    paper = {r.seed: r for r in load_grid(C.ROOT / "experiments" / "fig1_paper.yaml", seeds=3).runs
+             if r.entry == "adversarial_pursuit-ddqn-shareall"}
+    assert [r.seed for r in pairs] == [1, 2, 3]
+    for run in pairs:
+        variant, original = C.flatten(run.config().to_dict()), C.flatten(paper[run.seed].config().to_dict())
+        assert variant.keys() == original.keys()
+        changed = {k: (original[k], variant[k]) for k in variant if variant[k] != original[k]}
+        assert changed == {"relay.insertion_priority": ("legacy", "max"), "run.tag": ("shareall", "shareall_insertmax")}
+        assert run.run_name == paper[run.seed].run_name + "_insertmax"
+
+
 def test_a_resumed_run_continues_the_opponents_exploration(tmp_path: Path) -> None:
     """The opponents' action counts and generator are in latest.pt, so a resumed paper-protocol run continues the
     decaying opponent epsilon where it was instead of starting again at 0.1."""
