@@ -86,15 +86,17 @@ def final_games(curves: list[plotting.RunCurve], configurations: tuple[tuple[str
 
 def comparison(curves: list[plotting.RunCurve]) -> str:
     """Each claim's verdict under both protocols (``analysis.protocol_comparison``), envs in ``ENVS`` order."""
-    lines = ["| env | claim | paper: runs | difference | verdict | ours: runs | difference | verdict | same |",
-             "|---|---|---:|---:|---|---:|---:|---|---|"]
+    lines = ["| env | claim | paper: runs | difference | p (Holm, claims) | verdict | ours: runs | difference | "
+             "p (Holm, claims) | verdict | same |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for t in analysis.protocol_comparison(claim_rows(curves)):
         diff = {p: "-" if t[f"{p}_difference"] != t[f"{p}_difference"] else f"{t[f'{p}_difference']:+.1f}"
                 for p in ("paper", "ours")}
         verdicts = {p: t[f"{p}_verdict"].replace(" at this budget", "") for p in ("paper", "ours")}
+        p_cells = {p: analysis.comparison_p(t, p) for p in ("paper", "ours")}
         lines.append(f"| {t['env'].replace('_', ' ')} | {t['claim'].removeprefix('SUPER-')} | {t['paper_runs']} | "
-                     f"{diff['paper']} | {verdicts['paper']} | {t['ours_runs']} | {diff['ours']} | {verdicts['ours']} | "
-                     f"{t['same_verdict']} |")
+                     f"{diff['paper']} | {p_cells['paper']} | {verdicts['paper']} | {t['ours_runs']} | {diff['ours']} | "
+                     f"{p_cells['ours']} | {verdicts['ours']} | {t['same_verdict']} |")
     return "\n".join(lines)
 
 

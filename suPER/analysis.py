@@ -273,6 +273,7 @@ def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
         for r, p, t in zip(family, p_holm, tost_holm):
             x, y = r.pop("x"), r.pop("y")
             r.update(welch_p_holm=float(p), tost_p_holm=float(t), family=f"{env} ({protocol}): {len(family)} claims",
+                     family_size=len(family),
                      verdict=verdict(r["ci_low"], r["ci_high"], float(p), float(t)))
             r["seeds_for_power"] = (seeds_for_power(x, y, alpha=ALPHA / len(family)) if r["verdict"] == INCONCLUSIVE
                                     else float("nan"))
@@ -595,8 +596,9 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
     return csv_path, md_path
 
 
-PROTOCOL_COLUMNS = ("env", "claim", "paper_runs", "paper_difference", "paper_verdict", "ours_runs",
-                    "ours_difference", "ours_verdict", "same_verdict")
+PROTOCOL_COLUMNS = ("env", "claim", "paper_runs", "paper_difference", "paper_welch_p", "paper_welch_p_holm",
+                    "paper_family_size", "paper_verdict", "ours_runs", "ours_difference", "ours_welch_p",
+                    "ours_welch_p_holm", "ours_family_size", "ours_verdict", "same_verdict")
 
 
 PAPER_RULE_NAMES = {"SUPER-gaussian_variance": "SUPER-gaussian"}
@@ -605,9 +607,11 @@ PAPER_RULE_NAMES = {"SUPER-gaussian_variance": "SUPER-gaussian"}
 
 
 def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (env, claim) of ``claim_table``'s rows: its runs, IQM difference and verdict under the paper
-    protocol and under ours (``-`` / NaN where a protocol has no such claim yet), and whether the verdicts agree
-    (holds, does not hold, equivalent or inconclusive; a fragile verdict is shown as such but is still its verdict).
+    """One row per (env, claim) of ``claim_table``'s rows: its runs, IQM difference, Welch p raw and Holm-adjusted
+    with the size of the family it was adjusted over, and verdict under the paper protocol and under ours (``-`` /
+    NaN where a protocol has no such claim yet), and whether the verdicts agree (holds, does not hold, equivalent or
+    inconclusive; a fragile verdict is shown as such but is still its verdict). The family sizes say when verdicts
+    differ because one protocol's env has more claims so far (Holm asks more of each p), not because of the runs.
     A claim is named as the paper names it (``PAPER_RULE_NAMES``), so each protocol's SUPER gaussian meets the
     other's. Claims of either protocol appear; which deviation moves a verdict that differs is a question for a pair
     of runs that isolates it, not for this table."""
@@ -618,16 +622,25 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             rule = PAPER_RULE_NAMES.get(rule, rule)
         key = (r["env"], f"{rule} - {baseline}")
         out = by_claim.setdefault(key, {"env": key[0], "claim": key[1], **{
-            f"{p}_{k}": v for p in ("paper", "ours") for k, v in (("runs", "-"), ("difference", float("nan")),
-                                                                  ("verdict", "-"))}})
+            f"{p}_{k}": v for p in ("paper", "ours") for k, v in (
+                ("runs", "-"), ("difference", float("nan")), ("welch_p", float("nan")),
+                ("welch_p_holm", float("nan")), ("family_size", "-"), ("verdict", "-"))}})
         verdict_text = r["verdict"] + (FRAGILE if r.get("fragile") else "")
-        out.update({f"{r['protocol']}_runs": f"{r['super_runs']} vs {r['baseline_runs']}",
-                    f"{r['protocol']}_difference": r["iqm_difference"], f"{r['protocol']}_verdict": verdict_text})
+        p = r["protocol"]
+        out.update({f"{p}_runs": f"{r['super_runs']} vs {r['baseline_runs']}", f"{p}_difference": r["iqm_difference"],
+                    f"{p}_welch_p": r["welch_p"], f"{p}_welch_p_holm": r["welch_p_holm"],
+                    f"{p}_family_size": r["family_size"], f"{p}_verdict": verdict_text})
     for out in by_claim.values():
         paper, ours = (out[f"{p}_verdict"].removesuffix(FRAGILE) for p in ("paper", "ours"))
         out["same_verdict"] = "-" if "-" in (paper, ours) else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
+
+
+def comparison_p(row: dict[str, Any], protocol: str) -> str:
+    """A ``protocol_comparison`` row's Welch p for one protocol as ``raw (Holm, family size)``, ``-`` without one."""
+    p = row[f"{protocol}_welch_p"]
+    return "-" if p != p else f"{_fmt_p(p)} ({_fmt_p(row[f'{protocol}_welch_p_holm'])}, {row[f'{protocol}_family_size']})"
 
 
 def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,
@@ -637,15 +650,16 @@ def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,
     csv_path, md_path = Path(out_dir) / f"{stem}.csv", Path(out_dir) / f"{stem}.md"
     _write_csv(csv_path, table, PROTOCOL_COLUMNS)
     lines = ["Each claim under the paper protocol (the original's behaviour) and ours (this suite's corrected "
-             "defaults): runs a side, IQM difference of final scores (SUPER minus baseline) and the verdict of the "
-             "claim table (Holm per env and protocol).", "",
-             "| env | claim | paper: runs | difference | verdict | ours: runs | difference | verdict | same |",
-             "|---|---|---:|---:|---|---:|---:|---|---|"]
+             "defaults): runs a side, IQM difference of final scores (SUPER minus baseline), Welch's p (Holm-adjusted, "
+             "over that many claims: the env's under that protocol) and the verdict of the claim table.", "",
+             "| env | claim | paper: runs | difference | p (Holm, claims) | verdict | ours: runs | difference | "
+             "p (Holm, claims) | verdict | same |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
     lines += [f"| {t['env']} | {t['claim']} | {t['paper_runs']} | {_fmt(t['paper_difference'])} | "
-              f"{t['paper_verdict']} | {t['ours_runs']} | {_fmt(t['ours_difference'])} | {t['ours_verdict']} | "
-              f"{t['same_verdict']} |" for t in table]
+              f"{comparison_p(t, 'paper')} | {t['paper_verdict']} | {t['ours_runs']} | {_fmt(t['ours_difference'])} | "
+              f"{comparison_p(t, 'ours')} | {t['ours_verdict']} | {t['same_verdict']} |" for t in table]
     if not table:
-        lines.append("| - | no claim in these runs | | | | | | | |")
+        lines.append("| - | no claim in these runs | | | | | | | | | |")
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 

@@ -458,8 +458,15 @@ def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_ver
     row = table["SUPER-quantile - no sharing"]
     assert (row["paper_verdict"], row["ours_verdict"], row["paper_runs"]) == (A.HOLDS, A.INCONCLUSIVE, "5 vs 5")
     assert row["same_verdict"] == "no" and row["paper_difference"] == pytest.approx(100.0)
+    # each side's p as its family adjusted it: the paper protocol's 1 claim, our protocol's 2
+    assert (row["paper_family_size"], row["ours_family_size"]) == (1, 2)
+    assert row["paper_welch_p_holm"] == pytest.approx(mine["welch_p"])
+    assert row["ours_welch_p_holm"] == pytest.approx(both["SUPER-quantile - no sharing"]["welch_p_holm"])
+    assert A.comparison_p(row, "ours") == (f"{A._fmt_p(both['SUPER-quantile - no sharing']['welch_p'])} "
+                                           f"({A._fmt_p(row['ours_welch_p_holm'])}, 2)")
     lacking = table["SUPER-quantile - parameter sharing"]
     assert (lacking["paper_verdict"], lacking["same_verdict"]) == ("-", "-") and np.isnan(lacking["paper_difference"])
+    assert A.comparison_p(lacking, "paper") == "-"
     paper_gaussian = dict(both_rows[0], claim="SUPER-gaussian_variance - no sharing (paper)")  # the original's
     ours_gaussian = dict(both_rows[1], claim="SUPER-gaussian - no sharing")
     (met,) = A.protocol_comparison([paper_gaussian, ours_gaussian])  # the paper's gaussian meets ours
@@ -469,7 +476,8 @@ def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_ver
     (met,) = A.protocol_comparison(fragile)  # fragility is shown, but both verdicts are inconclusive: the same
     assert met["ours_verdict"] == f"{A.INCONCLUSIVE} (fragile)" and met["same_verdict"] == "yes"
     _, md = A.write_protocol_comparison(both_rows, tmp_path)
-    assert "| e | SUPER-quantile - no sharing | 5 vs 5 | 100.00 | holds | 5 vs 5 |" in md.read_text()
+    assert f"| e | SUPER-quantile - no sharing | 5 vs 5 | 100.00 | {A.comparison_p(row, 'paper')} | holds | 5 vs 5 |" \
+        in md.read_text()
 
 
 def test_marl_eval_export_keeps_steps_in_order_and_warns_of_uneven_seeds(tmp_path: Path) -> None:
