@@ -10,22 +10,23 @@
 #   4. our protocol, battle + adversarial pursuit: seeds 4-5 of stage 1's configurations (16 runs, 2 of them
 #      recorded already)
 #   5. deviation pairs (experiments/fig1_isolate.yaml, in runs/fig1_isolate): adversarial pursuit's share-all under
-#      the paper protocol with ours's insertion priority, seeds 1-3 (3 runs; each pairs with stage 1's run of its
+#      the paper protocol with our insertion priority, seeds 1-3 (3 runs; each pairs with stage 1's run of its
 #      seed)
 #
 #   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --status     # running or not, each run's progress, time to go, rows checked
-#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/fig1 (commit them)
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/<folder> (commit them)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
 # commit), its .venv (created if missing, a few minutes), the grid files the pinned commit lacks copied in
 # (untracked: fig1_isolate.yaml, whose base is the pinned fig1_paper.yaml), the finished runs' records copied from
 # results/<folder> into its run folders (status "finished", so `grid run` skips them: a new machine has lost the run
-# folders), then the
-# stages detached in their own session at the lowest scheduler share (setsid gives them their own autogroup, where
-# plain nice does not yield; so the autogroup is niced too), logging to DIR/campaign.log.
-# Check after a resume: python scripts/check_rows.py DIR/runs/fig1 (every evaluation row exactly once).
+# folders), then the stages detached in their own session at the lowest scheduler share (setsid gives them their own
+# autogroup, where plain nice does not yield; so the autogroup is niced too), logging to DIR/campaign.log.
+# Campaign folders: runs/fig1 (stages 1-4, records in results/fig1) and runs/fig1_isolate (stage 5's deviation pairs,
+# records in results/fig1_isolate, so they never enter Figure 1's tables).
+# Check after a resume: python scripts/check_rows.py DIR/runs (every evaluation row exactly once).
 # Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
 # script's earlier version (git log -- scripts/fig1_campaign.sh).
 set -euo pipefail
@@ -80,8 +81,8 @@ case "${1:-}" in
            s += a[1] * (a[2] == "h" ? 3600 : a[2] == "min" ? 60 : 1) }
          match($0, /^to go: [0-9]+ runs/) { split(substr($0, RSTART, RLENGTH), b, " "); n += b[3] }
          END { printf "to go, all stages: %d runs, ~%.0f h of runs, ~%.0f h two at a time\n", n, s / 3600, s / 7200 }' <<< "$togo"
-    # shellcheck disable=SC2086
-    exec "$py" "$repo/scripts/check_rows.py" $(printf "$wt/runs/%s " $FOLDERS) ;;
+    checked=(); for out in $FOLDERS; do checked+=("$wt/runs/$out"); done
+    exec "$py" "$repo/scripts/check_rows.py" "${checked[@]}" ;;
   --collect)
     for out in $FOLDERS; do
       [ -d "$wt/runs/$out" ] || continue

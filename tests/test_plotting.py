@@ -291,7 +291,7 @@ def test_one_protocols_figure_says_it_once_and_counts_runs_in_words(tmp_path: Pa
 
 
 def test_a_variant_beside_its_method_keeps_the_colour_and_is_dash_dotted(tmp_path: Path) -> None:
-    """A deviation pair's variant (experiments/fig1_isolate.yaml: share-all with ours's insertion priority, tag
+    """A deviation pair's variant (experiments/fig1_isolate.yaml: share-all with our protocol's insertion priority, tag
     ``shareall_insertmax``) is drawn in its method's colour, dash-dotted, and named as the method with its variant;
     the method itself stays solid (read back from the SVG: a dash pattern only on the variant's line)."""
     import re
