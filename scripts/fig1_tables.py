@@ -86,9 +86,7 @@ def final_games(curves: list[plotting.RunCurve], configurations: tuple[tuple[str
 
 def comparison(curves: list[plotting.RunCurve]) -> str:
     """Each claim's verdict under both protocols (``analysis.protocol_comparison``), envs in ``ENVS`` order."""
-    lines = ["| env | claim | paper: runs | difference | p (Holm, claims) | verdict | ours: runs | difference | "
-             "p (Holm, claims) | verdict | same |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+    lines = [analysis.PROTOCOL_HEADER]
     for t in analysis.protocol_comparison(claim_rows(curves)):
         diff = {p: "-" if t[f"{p}_difference"] != t[f"{p}_difference"] else f"{t[f'{p}_difference']:+.1f}"
                 for p in ("paper", "ours")}

@@ -601,6 +601,11 @@ PROTOCOL_COLUMNS = ("env", "claim", "paper_runs", "paper_difference", "paper_wel
                     "ours_welch_p_holm", "ours_family_size", "ours_verdict", "same_verdict")
 
 
+PROTOCOL_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | ours: runs | difference | "
+                   "p (Holm, claims) | verdict | same |\n|---|---|---:|---:|---:|---|---:|---:|---:|---|---|")
+"""The markdown header of ``protocol_comparison``'s table (protocols.md here, results.md by scripts/fig1_tables.py)."""
+
+
 PAPER_RULE_NAMES = {"SUPER-gaussian_variance": "SUPER-gaussian"}
 """The paper protocol's rules under the paper's names: its gaussian is the original's, on the variance
 (``relay.mode: gaussian_variance``), which is what the paper calls SUPER gaussian."""
@@ -652,9 +657,7 @@ def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,
     lines = ["Each claim under the paper protocol (the original's behaviour) and ours (this suite's corrected "
              "defaults): runs a side, IQM difference of final scores (SUPER minus baseline), Welch's p (Holm-adjusted, "
              "over that many claims: the env's under that protocol) and the verdict of the claim table.", "",
-             "| env | claim | paper: runs | difference | p (Holm, claims) | verdict | ours: runs | difference | "
-             "p (Holm, claims) | verdict | same |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
+             PROTOCOL_HEADER]
     lines += [f"| {t['env']} | {t['claim']} | {t['paper_runs']} | {_fmt(t['paper_difference'])} | "
               f"{comparison_p(t, 'paper')} | {t['paper_verdict']} | {t['ours_runs']} | {_fmt(t['ours_difference'])} | "
               f"{comparison_p(t, 'ours')} | {t['ours_verdict']} | {t['same_verdict']} |" for t in table]
