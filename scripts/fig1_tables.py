@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
-    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|costs]
+    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|costs] [--pairs PAIRS]
     python scripts/fig1_tables.py --update docs/results.md      # after --collect: every part's tables at once
 
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
@@ -10,7 +10,9 @@ every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env an
 random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis`` computes
 it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games (each run's
 ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's
-verdict under both protocols (``analysis.protocol_comparison``). ``costs``: what the runs cost and a full-budget run
+verdict under both protocols (``analysis.protocol_comparison``), then the deviation pairs (``--pairs``, default
+results/fig1_isolate: runs of the paper protocol with one setting set back to ours) and each claim recomputed against
+a pair's variant. ``costs``: what the runs cost and a full-budget run
 would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these
 numbers.
 """
@@ -39,6 +41,10 @@ PAPER_CONFIGURATIONS = (("no sharing", "ddqn (paper)"), ("SUPER quantile", "ddqn
                         ("share-all", "ddqn_super_gaussian_variance (paper) [shareall]"),
                         ("parameter sharing", "ddqn_ps (paper)"))
 """the same for the paper protocol: its gaussian thresholds on the variance, as the original's did"""
+
+PAIRS = ROOT / "results" / "fig1_isolate"
+"""The deviation pairs' records (experiments/fig1_isolate.yaml), kept out of Figure 1's tables but for the pair
+tables of ``compare``."""
 
 
 def _p(p: float) -> str:
@@ -98,6 +104,60 @@ def comparison(curves: list[plotting.RunCurve]) -> str:
     return "\n".join(lines)
 
 
+PAIR_HEADER = ("| env | configuration | set back to ours | pairs | paper protocol | with it | difference | mean [95% CI] | "
+               "paired p |\n|---|---|---|---:|---|---|---|---|---:|")
+
+PAIR_CLAIM_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | against the variant: runs | "
+                     "difference | 95% CI | Welch p | ours: difference |\n|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
+
+
+def _name(label: str) -> str:
+    """A configuration label as the tables name it (``PAPER_CONFIGURATIONS``, ``CONFIGURATIONS``), else as is."""
+    return {lab: name for name, lab in (*PAPER_CONFIGURATIONS, *CONFIGURATIONS)}.get(label, label)
+
+
+CLAIM_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | against the variant: runs | "
+                     "difference | 95% CI | Welch p | ours: difference |\n|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
+
+
+def _name(label: str) -> str:
+    """A configuration label as the tables name it (``PAPER_CONFIGURATIONS``, ``CONFIGURATIONS``), else as is."""
+    return {lab: name for name, lab in (*PAPER_CONFIGURATIONS, *CONFIGURATIONS)}.get(label, label)
+
+
+def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve]) -> str:
+    """Which deviation moves a verdict: each deviation pair (``analysis.deviation_pairs``: a paper-protocol
+    configuration and its runs with one setting set back to ours, seed by seed) and each claim against that
+    configuration recomputed with the variant in its place (``analysis.claims_against_variants``) beside the claim
+    under both protocols (``analysis.protocol_comparison``). A row saying so while no pair has finished."""
+    found = analysis.deviation_pairs(curves, variants)
+    lines = [PAIR_HEADER]
+    for r in found:
+        per_seed = {k: ", ".join(f"s{s} {v:+.1f}" for s, v in zip(r["seeds"], r[k]))
+                    for k in ("base_scores", "variant_scores", "differences")}
+        lines.append(f"| {r['env'].replace('_', ' ')} | {_name(r['configuration'])} | {r['deviation']} | "
+                     f"{r['pairs']} | {per_seed['base_scores']} | {per_seed['variant_scores']} | "
+                     f"{per_seed['differences']} | {r['mean_difference']:+.1f} {_ci(r['ci_low'], r['ci_high'])} | "
+                     f"{_p(r['paired_p'])} |")
+    if not found:
+        lines.append("| - | no finished pair yet | | | | | | | |")
+    rows = claim_rows(curves)
+    compared = {(t["env"], t["claim"]): t for t in analysis.protocol_comparison(rows)}
+    claim_lines = [PAIR_CLAIM_HEADER]
+    for r in analysis.claims_against_variants(analysis.scores_by_configuration(curves), found):
+        rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
+        claim = f"{analysis.PAPER_RULE_NAMES.get(rule, rule)} - {baseline}"
+        t = compared[(r["env"], claim)]
+        ours = "-" if t["ours_difference"] != t["ours_difference"] else f"{t['ours_difference']:+.1f}"
+        claim_lines.append(f"| {r['env'].replace('_', ' ')} | {claim.removeprefix('SUPER-')} | {t['paper_runs']} | "
+                           f"{t['paper_difference']:+.1f} | {analysis.comparison_p(t, 'paper')} | "
+                           f"{t['paper_verdict'].replace(' at this budget', '')} | {r['runs']} | "
+                           f"{r['difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | {_p(r['welch_p'])} | {ours} |")
+    if len(claim_lines) == 1:
+        claim_lines.append("| - | no finished pair yet | | | | | | | | | |")
+    return "\n".join(lines) + "\n\n" + "\n".join(claim_lines)
+
+
 CLAIM_HEADER = ("| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
                 "TOST p (Holm) | verdict | other windows | seeds for 80% power |\n"
                 "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|")
@@ -146,14 +206,16 @@ SECTIONS = {"compare": ("### Verdicts by protocol", "### What the full budget ne
 """part -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""
 
 
-def tables(curves: list[plotting.RunCurve], records: Path, protocol: str) -> str:
-    """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines."""
+def tables(curves: list[plotting.RunCurve], records: Path, protocol: str,
+           variants: list[plotting.RunCurve] | None = None) -> str:
+    """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines; ``variants``: the
+    deviation pairs' runs (``compare``'s pair tables)."""
     if protocol == "costs":  # scripts/run_costs.py's table (its closing count line is prose, not a table)
         from run_costs import table
 
         return "\n".join(line for line in table(records).splitlines() if line.startswith("|"))
     if protocol == "compare":
-        return comparison(curves)
+        return comparison(curves) + "\n\n" + pairs(curves, variants or [])
     if protocol == "paper":
         paper = [c for c in curves if plotting.is_paper(c.label)]
         return "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
@@ -192,6 +254,8 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
+    parser.add_argument("--pairs", default=str(PAIRS), metavar="PAIRS", help="the deviation pairs' run records "
+                        "(default results/fig1_isolate; compare's pair tables)")
     parser.add_argument("--protocol", choices=("ours", "paper", "compare", "costs"), default="ours")
     parser.add_argument("--update", metavar="RESULTS_MD", help="write every part's tables into this file (results.md: "
                         "each part's tables replaced in order, its prose kept) instead of printing one part")
@@ -201,14 +265,19 @@ def main(argv: list[str]) -> int:
         print(f"RECORDS: expected a folder of run records, got {args.records!r}", file=sys.stderr)
         return 2
     curves = plotting.load_run_curves(plotting.find_run_folders([records]))
+    pair_folder = Path(args.pairs)
+    if pair_folder.exists() and not pair_folder.is_dir():
+        print(f"--pairs: expected a folder of run records, got {args.pairs!r}", file=sys.stderr)
+        return 2
+    variants = plotting.load_run_curves(plotting.find_run_folders([pair_folder])) if pair_folder.is_dir() else []
     if args.update is None:
-        print(tables(curves, records, args.protocol))
+        print(tables(curves, records, args.protocol, variants))
         return 0
     path = Path(args.update)
     try:
         text = path.read_text()
         for protocol, (start, end) in SECTIONS.items():
-            text = replace_tables(text, start, end, tables(curves, records, protocol).split("\n\n"))
+            text = replace_tables(text, start, end, tables(curves, records, protocol, variants).split("\n\n"))
     except (OSError, ValueError) as exc:
         print(f"--update: expected results.md with the Figure 1 parts ({exc})", file=sys.stderr)
         return 2

@@ -48,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from suPER import config as C
 from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
-from suPER.resolve import from_dict
+from suPER.resolve import from_dict, without_volatile
 from suPER.runs import RunFolder, atomic_write_bytes, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
@@ -646,6 +647,101 @@ def comparison_p(row: dict[str, Any], protocol: str) -> str:
     """A ``protocol_comparison`` row's Welch p for one protocol as ``raw (Holm, family size)``, ``-`` without one."""
     p = row[f"{protocol}_welch_p"]
     return "-" if p != p else f"{_fmt_p(p)} ({_fmt_p(row[f'{protocol}_welch_p_holm'])}, {row[f'{protocol}_family_size']})"
+
+
+NAMING_KEYS = ("run.tag", "run.name")
+"""Settings that name a run without changing what it does; with ``config.VOLATILE_RUN_KEYS`` (where it runs, how
+it logs), what the two runs of a deviation pair may differ in besides the deviation."""
+
+
+def settings_difference(a: RunCurve, b: RunCurve) -> dict[str, tuple[Any, Any]]:
+    """The settings in which run ``b``'s config.json differs from run ``a``'s, as ``{key: (a's, b's)}``, leaving out
+    ``NAMING_KEYS`` and the volatile run keys (``resolve.without_volatile``)."""
+    a_cfg, b_cfg = (C.flatten(without_volatile(json.loads((Path(c.source) / "config.json").read_text())))
+                    for c in (a, b))
+    return {k: (a_cfg.get(k), b_cfg.get(k)) for k in sorted(a_cfg.keys() | b_cfg.keys())
+            if k not in NAMING_KEYS and a_cfg.get(k) != b_cfg.get(k)}
+
+
+PAIR_COLUMNS = ("env", "configuration", "variant", "deviation", "pairs", "seeds", "base_scores", "variant_scores",
+                "differences", "mean_difference", "ci_low", "ci_high", "paired_p")
+
+
+def deviation_pairs(curves: Sequence[RunCurve], variants: Sequence[RunCurve],
+                    last_fraction: float = MAIN_WINDOW) -> list[dict[str, Any]]:
+    """What switching one setting does to a configuration, from pairs of runs that differ in it alone.
+
+    Each finished run of ``variants`` (experiments/fig1_isolate.yaml's: the paper protocol with one restored
+    behaviour set back to ours) is paired with the finished run of ``curves`` on its env and seed whose resolved
+    config differs from its own in the fewest settings (``settings_difference``: naming and volatile keys aside;
+    those settings are the row's ``deviation``). One row per (env,
+    configuration, variant configuration) (``PAIR_COLUMNS``): the seeds, each run's final score (the mean of its
+    last ``last_fraction`` of evaluations) and the per-seed difference ``d_s = variant_s - base_s``; their mean with
+    the 95% t interval ``mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n)`` and the paired t-test's two-sided p (NaN
+    below two pairs; 0 or 1 when every pair differs alike). Pairing by seed removes what the seed fixes (start
+    weights, env draws, exploration until the runs part) from the difference; 3 pairs still detect only large
+    effects.
+
+    Raises:
+        ValueError: two seeds of one configuration and variant pair up across different settings (the records
+            are not one deviation's pairs).
+    """
+    from scipy import stats
+
+    finished = [c for c in curves if c.finished]
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for v in sorted((c for c in variants if c.finished), key=lambda c: (c.env, c.label, c.seed)):
+        candidates = [(settings_difference(c, v), c) for c in finished if c.env == v.env and c.seed == v.seed]
+        if not candidates:
+            continue
+        changed, base = min(candidates, key=lambda dc: len(dc[0]))
+        deviation = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())
+        group = groups.setdefault((v.env, base.label, v.label), {"deviation": deviation, "runs": []})
+        if group["deviation"] != deviation:
+            raise ValueError(f"{v.source}: expected its pair to differ from {base.source} in "
+                             f"{group['deviation']!r} as its other seeds' do, got {deviation!r}")
+        group["runs"].append((v.seed, base, v))
+    rows = []
+    for (env, label, variant), group in groups.items():
+        seeds = [s for s, _, _ in group["runs"]]
+        base_scores = plotting.final_scores([b for _, b, _ in group["runs"]], last_fraction)
+        variant_scores = plotting.final_scores([v for _, _, v in group["runs"]], last_fraction)
+        d = variant_scores - base_scores
+        low = high = p = float("nan")
+        if len(d) >= 2:
+            half = float(stats.t.ppf(1 - ALPHA / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
+            low, high = float(d.mean()) - half, float(d.mean()) + half
+            p = (float(stats.ttest_rel(variant_scores, base_scores).pvalue) if d.std() > 0
+                 else 0.0 if d.mean() != 0 else 1.0)
+        rows.append({"env": env, "configuration": label, "variant": variant, "deviation": group["deviation"],
+                     "pairs": len(d), "seeds": seeds, "base_scores": base_scores, "variant_scores": variant_scores,
+                     "differences": d, "mean_difference": float(d.mean()), "ci_low": low, "ci_high": high,
+                     "paired_p": p})
+    return rows
+
+
+PAIR_CLAIM_COLUMNS = ("env", "claim", "variant", "deviation", "runs", "difference", "ci_low", "ci_high", "welch_p")
+
+
+def claims_against_variants(scores: dict[str, dict[str, np.ndarray]], pairs: Sequence[dict[str, Any]],
+                            n_resamples: int = 2000) -> list[dict[str, Any]]:
+    """Each claim whose baseline is a deviation pair's configuration, recomputed with the pair's variant runs in its
+    place: what the claim would read had that one setting been ours (``PAIR_CLAIM_COLUMNS``: the IQM difference
+    SUPER minus variant with its 95% stratified bootstrap CI, and Welch's p, unadjusted: the variant is one question
+    asked after the claim table's, in no Holm family). Claims are named as in ``claims``; ``scores`` holds the
+    claim's configurations (``scores_by_configuration``)."""
+    rows = []
+    for pair in pairs:
+        by_cfg = scores.get(pair["env"], {})
+        for claim, sup, base in claims(list(by_cfg)):
+            if base != pair["configuration"]:
+                continue
+            x, y = by_cfg[sup], pair["variant_scores"]
+            lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
+            rows.append({"env": pair["env"], "claim": claim, "variant": pair["variant"], "deviation": pair["deviation"],
+                         "runs": f"{len(x)} vs {len(y)}", "difference": float(iqm_difference(x, y)),
+                         "ci_low": float(lo), "ci_high": float(hi), "welch_p": welch_p(x, y)})
+    return rows
 
 
 def write_protocol_comparison(rows: Sequence[dict[str, Any]], out_dir: Path,

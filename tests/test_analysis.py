@@ -496,3 +496,45 @@ def test_marl_eval_export_keeps_steps_in_order_and_warns_of_uneven_seeds(tmp_pat
     warned.clear()
     X.write_marl_eval(curves[:3], tmp_path / "even.json", warn=warned.append)
     assert warned == []
+
+
+def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim_against_it(tmp_path: Path) -> None:
+    """Share-all runs with one setting switched (the insertion priority), seed by seed beside the runs they pair
+    with: differences 5, 7, 9 give a mean of 7 with the t interval 7 +- t(0.975, 2) * 2 / sqrt(3) and the paired
+    t-test's p (t = 7 / (2 / sqrt(3)), 2 degrees of freedom); the claim against share-all is recomputed against the
+    variant. A variant seed without a run to pair with is left out; seeds pairing across other settings are refused."""
+    from scipy import stats
+
+    CONFIGS["ddqn_super_gaussian [shareall_legacy]"] = {**CONFIGS["ddqn_super_gaussian [shareall]"],
+                                                       "relay.insertion_priority": "legacy", "run.tag": "shareall_legacy"}
+    try:
+        base, variant = tmp_path / "base", tmp_path / "variant"
+        for seed, (score, shift) in enumerate(((10.0, 5.0), (20.0, 7.0), (30.0, 9.0)), 1):
+            fake_run(base, "ddqn_super_gaussian [shareall]", seed, [0.0] * 9 + [score])
+            fake_run(base, "ddqn_super_quantile", seed, [0.0] * 9 + [100.0 + seed])
+            fake_run(base, "ddqn", seed, [0.0] * 10)
+            fake_run(variant, "ddqn_super_gaussian [shareall_legacy]", seed, [0.0] * 9 + [score + shift])
+        fake_run(variant, "ddqn_super_gaussian [shareall_legacy]", 4, [0.0] * 10)  # no seed-4 run to pair with
+        curves = P.load_run_curves(P.find_run_folders([base]))
+        variants = P.load_run_curves(P.find_run_folders([variant]))
+        (row,) = A.deviation_pairs(curves, variants)
+        assert (row["configuration"], row["variant"]) == ("ddqn_super_gaussian [shareall]",
+                                                          "ddqn_super_gaussian [shareall_legacy]")
+        assert row["deviation"] == "relay.insertion_priority: max -> legacy"
+        assert row["seeds"] == [1, 2, 3] and row["pairs"] == 3
+        np.testing.assert_allclose(row["differences"], [5.0, 7.0, 9.0], rtol=1e-12)
+        half = stats.t.ppf(0.975, 2) * 2.0 / np.sqrt(3.0)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((7.0 - half, 7.0 + half), rel=1e-9)
+        assert row["paired_p"] == pytest.approx(2 * stats.t.sf(7.0 / (2.0 / np.sqrt(3.0)), 2), rel=1e-9)
+        (claim,) = A.claims_against_variants(A.scores_by_configuration(curves), [row], 200)
+        assert claim["claim"] == "SUPER-quantile - share-all" and claim["runs"] == "3 vs 3"
+        # one evaluation in the last 10%: the scores are the last values; IQM of 3 runs is their middle one
+        assert claim["difference"] == pytest.approx(102.0 - 27.0, rel=1e-12)
+        odd = tmp_path / "odd"
+        fake_run(odd, "ddqn_super_gaussian [shareall_legacy]", 1, [1.0] * 10)
+        CONFIGS["ddqn_super_gaussian [shareall_legacy]"]["dqn.lr"] = 1e-3
+        fake_run(odd, "ddqn_super_gaussian [shareall_legacy]", 2, [1.0] * 10)
+        with pytest.raises(ValueError, match=r"expected its pair to differ from .* in 'relay.insertion_priority"):
+            A.deviation_pairs(curves, P.load_run_curves(P.find_run_folders([odd])))
+    finally:
+        CONFIGS.pop("ddqn_super_gaussian [shareall_legacy]")

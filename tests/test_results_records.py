@@ -17,15 +17,17 @@ from suPER.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG1 = ROOT / "results" / "fig1"
+PAIRS_DIR = ROOT / "results" / "fig1_isolate"
 RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") if FIG1.is_dir() else []
 """every run record (``plot results/fig1`` writes its figures into results/fig1/figures, ignored by git)"""
+PAIR_RUNS = sorted(p for p in PAIRS_DIR.iterdir() if p.is_dir() and p.name != "figures") if PAIRS_DIR.is_dir() else []
+"""the deviation pairs' run records (results/fig1_isolate, the campaign's stage 5)"""
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
 from fig1_tables import (  # noqa: E402
     PAPER_CONFIGURATIONS,
-    comparison,
     final_games,
     games_claims,
     markdown,
@@ -43,14 +45,14 @@ def test_there_are_committed_fig1_records() -> None:
     assert RUNS, "results/fig1 holds no run records"
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
+@pytest.mark.parametrize("run", RUNS + PAIR_RUNS, ids=[f"{p.parent.name}/{p.name}" for p in RUNS + PAIR_RUNS])
 def test_each_record_is_a_finished_run_with_every_evaluation_once(run: Path) -> None:
     names = {p.name for p in run.iterdir()}
     assert set(RECORD_FILES) <= names <= {*RECORD_FILES, *OPTIONAL_FILES}  # no checkpoints, nothing large
     ok, what = check(run)
     assert ok, what
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "finished" and manifest["grid"] == "fig1"
+    assert manifest["status"] == "finished" and manifest["grid"] == run.parent.name  # fig1 or fig1_isolate
     commit = manifest["git_commit"]
     if any(fnmatch.fnmatchcase(run.name, g) for g in DIRTY_GRID_FILE):
         commit = commit.removesuffix("-dirty")
@@ -114,21 +116,31 @@ CLAIM_CELLS = 12
 """cells of a claim-table row (a final-score row has one per configuration plus the env)"""
 
 
-COMPARISON_CELLS = 9
-"""cells of a row of the protocol comparison (env, claim, then runs, difference and verdict per protocol, same)"""
+COMPARISON_CELLS = 11
+"""cells of a row of the protocol comparison (env, claim, then runs, difference, p and verdict per protocol, same)
+and of a claim recomputed against a deviation pair's variant (env, claim, the paper's four, the variant's four, ours)"""
+PAIR_CELLS = 9
+"""cells of a deviation pair's row (env, configuration, setting, pairs, per-seed scores and differences, mean, p)"""
 COST_CELLS = 8
 """cells of a row of the run-cost table (env, protocol, CPU, then runs, wall times, rates, full budget)"""
 
 
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
-    """Markdown table rows by key: a final-score row by its env cell, a final-games row by its configuration, a
-    claim row by (env, SUPER rule, baseline), a comparison row by (env, claim), a cost row by (env, protocol, CPU)."""
+    """Markdown table rows by their table's place in ``text`` and a key: a final-score row by its env cell, a
+    final-games row by its configuration, a claim row by (env, SUPER rule, baseline), a comparison row by (env,
+    claim), a pair row by (env, configuration), a cost row by (env, protocol, CPU)."""
     rows = {}
-    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, COST_CELLS: 3}
+    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, PAIR_CELLS: 2, COST_CELLS: 3}
+    table, in_table = 0, False
     for line in text.splitlines():
+        if line.startswith("|") and not in_table:
+            table += 1
+        in_table = line.startswith("|")
         if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            rows[tuple(cells[:width.get(len(cells), 1)])] = cells
+            key = (str(table), *cells[:width.get(len(cells), 1)])
+            assert key not in rows, f"two rows of one table with the key {key[1:]}"
+            rows[key] = cells
     return rows
 
 
@@ -171,8 +183,9 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
                         "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
                                      games_claims(paper)]))
+    variants = plotting.load_run_curves(PAIR_RUNS)
     _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What the full budget needs"),
-                        comparison(curves))
+                        tables(curves, FIG1, "compare", variants))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
 
 
