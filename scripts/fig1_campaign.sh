@@ -12,6 +12,8 @@
 #   5. deviation pairs (experiments/fig1_isolate.yaml, in runs/fig1_isolate): adversarial pursuit's share-all under
 #      the paper protocol with our insertion priority, seeds 1-3 (3 runs; each pairs with stage 1's run of its
 #      seed)
+#   6. the paper's plain-DQN lines (experiments/fig1_dqn.yaml, in runs/fig1_dqn): DQN without double Q-learning, no
+#      sharing, SUPER quantile and share-all, the three envs under the paper protocol, seeds 1-3 (27 runs)
 #
 #   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
@@ -20,12 +22,13 @@
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
 # commit), its .venv (created if missing, a few minutes), the grid files the pinned commit lacks copied in
-# (untracked: fig1_isolate.yaml, whose base is the pinned fig1_paper.yaml), the finished runs' records copied from
+# (untracked: fig1_isolate.yaml, whose base is the pinned fig1_paper.yaml, and fig1_dqn.yaml), the finished runs' records copied from
 # results/<folder> into its run folders (status "finished", so `grid run` skips them: a new machine has lost the run
 # folders), then the stages detached in their own session at the lowest scheduler share (setsid gives them their own
 # autogroup, where plain nice does not yield; so the autogroup is niced too), logging to DIR/campaign.log.
-# Campaign folders: runs/fig1 (stages 1-4, records in results/fig1) and runs/fig1_isolate (stage 5's deviation pairs,
-# records in results/fig1_isolate, so they never enter Figure 1's tables).
+# Campaign folders: runs/fig1 (stages 1-4, records in results/fig1), runs/fig1_isolate (stage 5's deviation pairs,
+# records in results/fig1_isolate) and runs/fig1_dqn (stage 6, records in results/fig1_dqn): the last two never enter
+# Figure 1's tables, and their claims are their own Holm families.
 # Check after a resume: python scripts/check_rows.py DIR/runs (every evaluation row exactly once).
 # Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
 # script's earlier version (git log -- scripts/fig1_campaign.sh).
@@ -40,7 +43,9 @@ fi
 # the checks run with this checkout's code when it has a venv
 py="$repo/.venv/bin/python"; [ -x "$py" ] || py="$wt/.venv/bin/python"
 PAPER=experiments/fig1_paper.yaml OURS=experiments/fig1.yaml ISOLATE=experiments/fig1_isolate.yaml
-FOLDERS="fig1 fig1_isolate"  # campaign folders under runs/ (worktree) and results/ (records)
+DQN=experiments/fig1_dqn.yaml
+COPIED="$ISOLATE $DQN"  # grid files the pinned commit lacks
+FOLDERS="fig1 fig1_isolate fig1_dqn"  # campaign folders under runs/ (worktree) and results/ (records)
 FOUR='name=*-ddqn,*-super-quantile,*-shareall,*-paramshare'
 stages() {  # one line per grid run: its campaign folder, grid file, then its arguments
   printf '%s\n' \
@@ -48,10 +53,11 @@ stages() {  # one line per grid run: its campaign folder, grid file, then its ar
     "fig1 $PAPER --seeds 3 --filter env=battle,adversarial_pursuit --filter name=*-super-gaussian,*-super-stochastic" \
     "fig1 $PAPER --seeds 3 --filter env=pursuit --filter name=*-ddqn,*-super-quantile,*-shareall" \
     "fig1 $OURS --seeds 5 --filter seed=4,5 --filter env=battle,adversarial_pursuit --filter $FOUR" \
-    "fig1_isolate $ISOLATE --seeds 3"
+    "fig1_isolate $ISOLATE --seeds 3" \
+    "fig1_dqn $DQN --seeds 3"
 }
 # a grid file the pinned commit lacks (untracked there; its runs' config.json record what it sets), for every command
-[ ! -d "$wt/experiments" ] || cp "$repo/$ISOLATE" "$wt/$ISOLATE"
+if [ -d "$wt/experiments" ]; then for f in $COPIED; do cp "$repo/$f" "$wt/$f"; done; fi
 case "${1:-}" in
   --stages)
     stages | sed -E 's/^([^ ]+) (.*)$/super-marl grid run \2 --out runs\/\1/'; exit 0 ;;
@@ -62,7 +68,7 @@ case "${1:-}" in
       # shellcheck disable=SC2068
       (set -f; RAY_AUTH_MODE=disabled "$py" -m suPER.cli grid list "$wt"/$@ --out "$wt/runs/$out")
     }
-    for grid in "fig1 $OURS --seeds 5" "fig1 $PAPER --seeds 5" "fig1_isolate $ISOLATE --seeds 3"; do
+    for grid in "fig1 $OURS --seeds 5" "fig1 $PAPER --seeds 5" "fig1_isolate $ISOLATE --seeds 3" "fig1_dqn $DQN --seeds 3"; do
       # every started run of the campaign folders (set -f: no glob in these words)
       # shellcheck disable=SC2086
       (set -f; list $grid) | grep -vE $'\t(-|pending)\t|^(to go|rates|no estimate)' || true
@@ -101,7 +107,7 @@ fi
 at=$(git -C "$wt" rev-parse --short=7 HEAD)
 [ "$at" = "$COMMIT" ] || { echo "fig1_campaign.sh: --worktree $wt is at $at, the campaign runs at $COMMIT" >&2; exit 2; }
 [ -x "$wt/.venv/bin/super-marl" ] || (cd "$wt" && bash scripts/test.sh --version)
-cp "$repo/$ISOLATE" "$wt/$ISOLATE"
+for f in $COPIED; do cp "$repo/$f" "$wt/$f"; done
 for out in $FOLDERS; do
   mkdir -p "$wt/runs/$out"
   for rec in "$repo/results/$out"/*/; do

@@ -200,6 +200,23 @@ def test_a_deviation_pair_differs_from_its_paper_run_in_that_one_setting() -> No
         assert run.run_name == paper[run.seed].run_name + "_insertmax"
 
 
+def test_the_plain_dqn_lines_are_figure_1s_paper_runs_with_plain_dqn() -> None:
+    """experiments/fig1_dqn.yaml (the campaign's stage 6): no sharing, SUPER quantile and share-all on the three
+    envs, seeds 1-3, each run the paper protocol's DDQN run of its entry and seed (experiments/fig1_paper.yaml: same
+    budget, evaluation, protocol) with plain DQN's network and target (no double Q, no dueling), nothing else."""
+    runs = load_grid(C.ROOT / "experiments" / "fig1_dqn.yaml").runs
+    paper = {(r.entry, r.seed): r for r in load_grid(C.ROOT / "experiments" / "fig1_paper.yaml", seeds=3).runs}
+    assert len(runs) == 27 and {r.seed for r in runs} == {1, 2, 3}
+    assert {r.entry.split("-", 1)[1] for r in runs} == {"dqn", "dqn-super-quantile", "dqn-shareall"}
+    for run in runs:
+        ddqn = paper[(run.entry.replace("-dqn", "-ddqn"), run.seed)]
+        plain, original = C.flatten(run.config().to_dict()), C.flatten(ddqn.config().to_dict())
+        assert plain.keys() == original.keys()
+        changed = {k: (original[k], plain[k]) for k in plain if plain[k] != original[k]}
+        assert changed == {"dqn.double_q": (True, False), "dqn.dueling": (True, False), "run.algo": ("ddqn", "dqn")}
+        assert run.run_name == ddqn.run_name.replace("__ddqn", "__dqn", 1)
+
+
 def test_a_resumed_run_continues_the_opponents_exploration(tmp_path: Path) -> None:
     """The opponents' action counts and generator are in latest.pt, so a resumed paper-protocol run continues the
     decaying opponent epsilon where it was instead of starting again at 0.1."""

@@ -223,7 +223,7 @@ def test_collect_copies_new_and_changed_records_and_leaves_the_rest(tmp_path: Pa
 
 def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     """``scripts/fig1_campaign.sh --worktree DIR --status``: whether a campaign runs, the grids' started runs with
-    their progress, each stage's time to go, and every run folder's rows checked, in both campaign folders (here a
+    their progress, each stage's time to go, and every run folder's rows checked, in every campaign folder (here a
     committed record, a run half-way, and a deviation pair's run that has one evaluation)."""
     import shutil
     import subprocess
@@ -254,10 +254,11 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     assert not any("\t-\t" in ln for ln in lines)  # runs not started are left out
     assert "stage 1: 0 of 40 runs finished" in r.stdout and "stage 4: 0 of 16 runs finished" in r.stdout
     assert "stage 5: 0 of 3 runs finished" in r.stdout  # the deviation pairs, from a grid file the worktree lacked
+    assert "stage 6: 0 of 27 runs finished" in r.stdout  # the plain-DQN lines, likewise
     assert any(pair.name in ln and "\trunning 0/100,000" in ln for ln in lines)
     # each stage's time to go (grid list's, tests/test_costs.py), then all stages': none finished in this worktree
     assert re.search(r"^  to go: 40 runs \(0 running\), 4,000,000 env steps, ~[\d.]+ h of runs", r.stdout, re.M)
-    assert re.search(r"^to go, all stages: 80 runs, ~\d+ h of runs, ~\d+ h two at a time$", r.stdout, re.M)
+    assert re.search(r"^to go, all stages: 107 runs, ~\d+ h of runs, ~\d+ h two at a time$", r.stdout, re.M)
     assert "3 of 3 run folders have every evaluation row exactly once" in r.stdout
     (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n2500,-1,610\n")
     r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
