@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
-    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|costs] [--pairs PAIRS]
+    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|dqn|costs]
     python scripts/fig1_tables.py --update docs/results.md      # after --collect: every part's tables at once
 
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
@@ -10,9 +10,9 @@ every SUPER rule with runs minus each baseline, Welch p Holm-adjusted per env an
 random-to-best range, the verdict under each final-score window, seeds for 80% power), as ``plot --analysis`` computes
 it with the shipped random-policy returns; and for ``paper``, battle's final policies on 100 varied games (each run's
 ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's
-verdict under both protocols (``analysis.protocol_comparison``), then the deviation pairs (``--pairs``, default
-results/fig1_isolate: runs of the paper protocol with one setting set back to ours) and each claim recomputed against
-a pair's variant. ``costs``: what the runs cost and a full-budget run
+verdict under both protocols (``analysis.protocol_comparison``), then the deviation pairs (RECORDS' sibling
+fig1_isolate: runs of the paper protocol with one setting set back to ours) and each claim recomputed against a
+pair's variant. ``dqn``: the plain-DQN lines (RECORDS' sibling fig1_dqn) as ``paper``'s tables. ``costs``: what the runs cost and a full-budget run
 would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these
 numbers.
 """
@@ -42,9 +42,14 @@ PAPER_CONFIGURATIONS = (("no sharing", "ddqn (paper)"), ("SUPER quantile", "ddqn
                         ("parameter sharing", "ddqn_ps (paper)"))
 """the same for the paper protocol: its gaussian thresholds on the variance, as the original's did"""
 
-PAIRS = ROOT / "results" / "fig1_isolate"
-"""The deviation pairs' records (experiments/fig1_isolate.yaml), kept out of Figure 1's tables but for the pair
-tables of ``compare``."""
+DQN_CONFIGURATIONS = (("no sharing", "dqn (paper)"), ("SUPER quantile", "dqn_super_quantile (paper)"),
+                      ("share-all", "dqn_super_gaussian_variance (paper) [shareall]"))
+"""the plain-DQN lines' configurations (experiments/fig1_dqn.yaml, the paper protocol)"""
+
+COMPANIONS = ("fig1_isolate", "fig1_dqn")
+"""Campaign folders beside RECORDS whose runs stay out of Figure 1's tables, each with a part of its own: the
+deviation pairs (experiments/fig1_isolate.yaml; ``compare``'s pair tables) and the plain-DQN lines
+(experiments/fig1_dqn.yaml; ``dqn``)."""
 
 
 def _p(p: float) -> str:
@@ -199,7 +204,8 @@ def games_claims(curves: list[plotting.RunCurve]) -> str:
     return "\n".join([CLAIM_HEADER, *claim_lines(rows, " (varied games)")])
 
 
-SECTIONS = {"compare": ("### Verdicts by protocol", "### What the full budget needs"),
+SECTIONS = {"compare": ("### Verdicts by protocol", "### Across DQN variants"),
+            "dqn": ("### Across DQN variants", "### What the full budget needs"),
             "paper": ("#### Results so far", "### Under our protocol"),
             "ours": ("#### Results (", "#### Honest notes"),
             "costs": ("### What the full budget needs", "\n## ")}
@@ -207,15 +213,20 @@ SECTIONS = {"compare": ("### Verdicts by protocol", "### What the full budget ne
 
 
 def tables(curves: list[plotting.RunCurve], records: Path, protocol: str,
-           variants: list[plotting.RunCurve] | None = None) -> str:
-    """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines; ``variants``: the
-    deviation pairs' runs (``compare``'s pair tables)."""
+           companions: dict[str, list[plotting.RunCurve]] | None = None) -> str:
+    """The markdown tables of one part of results.md's Figure 1 section, separated by blank lines; ``companions``:
+    the runs of each of ``COMPANIONS`` (none when missing)."""
+    companions = companions or {}
     if protocol == "costs":  # scripts/run_costs.py's table (its closing count line is prose, not a table)
         from run_costs import table
 
         return "\n".join(line for line in table(records).splitlines() if line.startswith("|"))
     if protocol == "compare":
-        return comparison(curves) + "\n\n" + pairs(curves, variants or [])
+        return comparison(curves) + "\n\n" + pairs(curves, companions.get("fig1_isolate", []))
+    if protocol == "dqn":
+        dqn = companions.get("fig1_dqn", [])
+        return "\n\n".join([markdown(dqn, DQN_CONFIGURATIONS), final_games(dqn, DQN_CONFIGURATIONS),
+                              games_claims(dqn)])
     if protocol == "paper":
         paper = [c for c in curves if plotting.is_paper(c.label)]
         return "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
@@ -254,9 +265,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
-    parser.add_argument("--pairs", default=str(PAIRS), metavar="PAIRS", help="the deviation pairs' run records "
-                        "(default results/fig1_isolate; compare's pair tables)")
-    parser.add_argument("--protocol", choices=("ours", "paper", "compare", "costs"), default="ours")
+    parser.add_argument("--protocol", choices=("ours", "paper", "compare", "dqn", "costs"), default="ours")
     parser.add_argument("--update", metavar="RESULTS_MD", help="write every part's tables into this file (results.md: "
                         "each part's tables replaced in order, its prose kept) instead of printing one part")
     args = parser.parse_args(argv)
@@ -265,19 +274,16 @@ def main(argv: list[str]) -> int:
         print(f"RECORDS: expected a folder of run records, got {args.records!r}", file=sys.stderr)
         return 2
     curves = plotting.load_run_curves(plotting.find_run_folders([records]))
-    pair_folder = Path(args.pairs)
-    if pair_folder.exists() and not pair_folder.is_dir():
-        print(f"--pairs: expected a folder of run records, got {args.pairs!r}", file=sys.stderr)
-        return 2
-    variants = plotting.load_run_curves(plotting.find_run_folders([pair_folder])) if pair_folder.is_dir() else []
+    companions = {name: plotting.load_run_curves(plotting.find_run_folders([records.parent / name]))
+                  for name in COMPANIONS if (records.parent / name).is_dir()}
     if args.update is None:
-        print(tables(curves, records, args.protocol, variants))
+        print(tables(curves, records, args.protocol, companions))
         return 0
     path = Path(args.update)
     try:
         text = path.read_text()
         for protocol, (start, end) in SECTIONS.items():
-            text = replace_tables(text, start, end, tables(curves, records, protocol, variants).split("\n\n"))
+            text = replace_tables(text, start, end, tables(curves, records, protocol, companions).split("\n\n"))
     except (OSError, ValueError) as exc:
         print(f"--update: expected results.md with the Figure 1 parts ({exc})", file=sys.stderr)
         return 2

@@ -17,16 +17,14 @@ from suPER.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG1 = ROOT / "results" / "fig1"
-PAIRS_DIR = ROOT / "results" / "fig1_isolate"
 RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") if FIG1.is_dir() else []
 """every run record (``plot results/fig1`` writes its figures into results/fig1/figures, ignored by git)"""
-PAIR_RUNS = sorted(p for p in PAIRS_DIR.iterdir() if p.is_dir() and p.name != "figures") if PAIRS_DIR.is_dir() else []
-"""the deviation pairs' run records (results/fig1_isolate, the campaign's stage 5)"""
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
 from fig1_tables import (  # noqa: E402
+    COMPANIONS,
     PAPER_CONFIGURATIONS,
     final_games,
     games_claims,
@@ -34,6 +32,12 @@ from fig1_tables import (  # noqa: E402
     replace_tables,
     tables,
 )
+
+COMPANION_RUNS = {name: sorted(p for p in (ROOT / "results" / name).iterdir() if p.is_dir() and p.name != "figures")
+                  if (ROOT / "results" / name).is_dir() else [] for name in COMPANIONS}
+"""the run records of the campaign folders beside results/fig1: the deviation pairs (stage 5), the plain-DQN lines
+(stage 6)"""
+OTHER_RUNS = [run for runs in COMPANION_RUNS.values() for run in runs]
 
 DIRTY_GRID_FILE = ("battle__ddqn_super_gaussian__s[123]", "adversarial_pursuit__ddqn_super_gaussian__s[123]")
 """Runs whose manifests may say ``<commit>-dirty``: session 16 ran them in the worktree pinned at the campaign's
@@ -45,14 +49,14 @@ def test_there_are_committed_fig1_records() -> None:
     assert RUNS, "results/fig1 holds no run records"
 
 
-@pytest.mark.parametrize("run", RUNS + PAIR_RUNS, ids=[f"{p.parent.name}/{p.name}" for p in RUNS + PAIR_RUNS])
+@pytest.mark.parametrize("run", RUNS + OTHER_RUNS, ids=[f"{p.parent.name}/{p.name}" for p in RUNS + OTHER_RUNS])
 def test_each_record_is_a_finished_run_with_every_evaluation_once(run: Path) -> None:
     names = {p.name for p in run.iterdir()}
     assert set(RECORD_FILES) <= names <= {*RECORD_FILES, *OPTIONAL_FILES}  # no checkpoints, nothing large
     ok, what = check(run)
     assert ok, what
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "finished" and manifest["grid"] == run.parent.name  # fig1 or fig1_isolate
+    assert manifest["status"] == "finished" and manifest["grid"] == run.parent.name  # fig1 or a companion's
     commit = manifest["git_commit"]
     if any(fnmatch.fnmatchcase(run.name, g) for g in DIRTY_GRID_FILE):
         commit = commit.removesuffix("-dirty")
@@ -183,9 +187,11 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
                         "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
                                      games_claims(paper)]))
-    variants = plotting.load_run_curves(PAIR_RUNS)
-    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What the full budget needs"),
-                        tables(curves, FIG1, "compare", variants))
+    companions = {name: plotting.load_run_curves(runs) for name, runs in COMPANION_RUNS.items()}
+    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Across DQN variants"),
+                        tables(curves, FIG1, "compare", companions))
+    _assert_same_tables(_section(figure1, "### Across DQN variants", "### What the full budget needs"),
+                        tables(curves, FIG1, "dqn", companions))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
 
 
@@ -289,3 +295,27 @@ def test_plot_analysis_on_the_records_reads_shipped_random_returns_and_says_what
         assert row["fragile"] in ("True", "False")
         assert row["verdicts_by_window"].count(":") == len(analysis.WINDOWS) - 1  # the others than the verdict's
     assert not (tmp_path / "random_returns.json").exists()
+
+
+def test_the_dqn_part_claims_the_plain_dqn_lines_among_themselves(tmp_path: Path) -> None:
+    """``fig1_tables.py --protocol dqn`` on plain-DQN runs (experiments/fig1_dqn.yaml's labels): their final scores
+    per seed and SUPER quantile's claims against no sharing and share-all; Figure 1's DDQN runs passed beside them
+    stay out."""
+    import numpy as np
+
+    from suPER import plotting
+
+    def run(label: str, seed: int, score: float) -> plotting.RunCurve:
+        return plotting.RunCurve("battle", label, seed, np.arange(10) * 100.0, np.full(10, score),
+                                 str(tmp_path / f"{label}{seed}"))
+
+    dqn = [run(label, s, score + s) for s in (1, 2, 3) for label, score in (
+        ("dqn (paper)", 0.0), ("dqn_super_quantile (paper)", 30.0),
+        ("dqn_super_gaussian_variance (paper) [shareall]", 10.0))]
+    text = tables([run("ddqn (paper)", 1, 99.0)], FIG1, "dqn", {"fig1_dqn": dqn})
+    assert "| battle (100k) | +1.0, +2.0, +3.0 | +31.0, +32.0, +33.0 | +11.0, +12.0, +13.0 |" in text
+    claims = [line for line in text.splitlines() if line.startswith("| battle | quantile |")]
+    assert [c.split(" | ")[2] for c in claims] == ["no sharing", "share-all"]
+    assert all(" | 3 vs 3 | " in c for c in claims)
+    assert "| battle | quantile | no sharing | 3 vs 3 | +30.0 |" in claims[0]
+    assert "+99.0" not in text and "parameter sharing" not in text
