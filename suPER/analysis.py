@@ -674,11 +674,11 @@ def deviation_pairs(curves: Sequence[RunCurve], variants: Sequence[RunCurve],
     Each finished run of ``variants`` (experiments/fig1_isolate.yaml's: the paper protocol with one restored
     behaviour set back to ours) is paired with the finished run of ``curves`` on its env and seed whose resolved
     config differs from its own in the fewest settings (``settings_difference``: naming and volatile keys aside;
-    those settings are the row's ``deviation``). One row per (env,
-    configuration, variant configuration) (``PAIR_COLUMNS``): the seeds, each run's final score (the mean of its
-    last ``last_fraction`` of evaluations) and the per-seed difference ``d_s = variant_s - base_s``; their mean with
-    the 95% t interval ``mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n)`` and the paired t-test's two-sided p (NaN
-    below two pairs; 0 or 1 when every pair differs alike). Pairing by seed removes what the seed fixes (start
+    those settings are the row's ``deviation``); a variant without a run of its env and seed is left out. One row
+    per (env, configuration, variant configuration) (``PAIR_COLUMNS``): the seeds, each run's final score (the mean
+    of its last ``last_fraction`` of evaluations) and the per-seed difference ``d_s = variant_s - base_s``; their
+    mean with the 95% t interval ``mean(d) +- t_{0.975, n-1} sd(d) / sqrt(n)`` and the paired t-test's two-sided p
+    (NaN below two pairs; 0 or 1 when every pair differs alike). Pairing by seed removes what the seed fixes (start
     weights, env draws, exploration until the runs part) from the difference; 3 pairs still detect only large
     effects.
 
