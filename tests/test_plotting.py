@@ -119,10 +119,14 @@ def test_compare_tweaked_runs_by_glob_and_tag(tmp_path: Path) -> None:
     rows = list(csv.DictReader((out / "final_performance.csv").open()))
     assert [(r["configuration"], r["runs"]) for r in rows] == [("ddqn_super_quantile", "5"),
                                                                ("ddqn_super_quantile [bw005]", "2")]
-    r = run_cli("compare", "--tag", "bw005", "--root", str(tmp_path), "--out", str(out))
+    assert ">compare<" in (out / "team_return.svg").read_text()  # the default title
+    r = run_cli("compare", "--tag", "bw005", "--root", str(tmp_path), "--out", str(out), "--title", "b = 0.05 alone")
     assert r.returncode == 0, r.stderr
     assert [r["configuration"] for r in csv.DictReader((out / "final_performance.csv").open())] == [
         "ddqn_super_quantile [bw005]"]
+    assert ">b = 0.05 alone<" in (out / "team_return.svg").read_text()
+    r = run_cli("compare", str(tweak), "--out", str(out), "--title", "two\nlines")
+    assert r.returncode == 2 and r.stderr.startswith("error: --title: expected one line of text")
     r = run_cli("compare", str(tmp_path / "nothing*"))
     assert r.returncode == 2 and r.stderr.startswith("error: RUNS:")
 

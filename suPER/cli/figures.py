@@ -23,6 +23,15 @@ NameOpt = Annotated[str | None, typer.Option("--name", help="file stem: NAME.png
                                                             "(default team_return + final_performance)")]
 
 
+def _title(given: str | None, default: str) -> str:
+    """The figure's title: ``--title`` when given (one line of text), else ``default``."""
+    if given is None:
+        return default
+    if any(ch in given for ch in "\n\r\t\0"):
+        raise UserError(f"--title: expected one line of text, got {given!r}")
+    return given
+
+
 def _check_figure_args(out: Path, smooth: int, last_fraction: float, name: str | None, out_flag: str) -> None:
     """Refuse bad figure flags before any run is read, so a refusal is one line and writes nothing."""
     import os
@@ -189,10 +198,7 @@ def plot(
         curves = plotting.load_run_curves(_find_runs([campaign_dir], "CAMPAIGN_DIR"), metric=metric,
                                           skipped=skipped)
         title, source = campaign_dir.resolve().name, str(campaign_dir)
-    if figure_title is not None:
-        if any(ch in figure_title for ch in "\n\r\t\0"):
-            raise UserError(f"--title: expected one line of text, got {figure_title!r}")
-        title = figure_title
+    title = _title(figure_title, title)
     if protocol is not None:
         kept = [c for c in curves if plotting.is_paper(c.label) == (protocol == "paper")]
         if curves and not kept:
@@ -257,6 +263,7 @@ def compare(
     last_fraction: LastOpt = 0.1,
     config: ConfigOpt = None,
     name: NameOpt = None,
+    figure_title: Annotated[str | None, typer.Option("--title", help="the figure's title (default: compare)")] = None,
 ) -> None:
     """Compare any set of runs (e.g. a tweaked flag against a campaign) on one figure, same statistics as plot.
 
@@ -267,9 +274,10 @@ def compare(
     if not runs_ and not tag:
         raise UserError("RUNS: expected run folders, campaign folders or globs (or --tag), got nothing")
     _check_figure_args(out, smooth, last_fraction, name, "--out")
+    title = _title(figure_title, "compare")
     folders = _find_runs(runs_, "RUNS") if runs_ else _find_runs([root], "--root")
     skipped: list[Any] = []
     curves = plotting.load_run_curves(folders, metric=metric, tags=tag or (), skipped=skipped)
     source = " ".join(runs_) if runs_ else str(root)
-    _report(curves, skipped, out, metric, smooth, last_fraction, "compare", config, name, source, tag)
+    _report(curves, skipped, out, metric, smooth, last_fraction, title, config, name, source, tag)
 
