@@ -121,15 +121,6 @@ def _name(label: str) -> str:
     return {lab: name for name, lab in (*PAPER_CONFIGURATIONS, *CONFIGURATIONS)}.get(label, label)
 
 
-CLAIM_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | against the variant: runs | "
-                     "difference | 95% CI | Welch p | ours: difference |\n|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
-
-
-def _name(label: str) -> str:
-    """A configuration label as the tables name it (``PAPER_CONFIGURATIONS``, ``CONFIGURATIONS``), else as is."""
-    return {lab: name for name, lab in (*PAPER_CONFIGURATIONS, *CONFIGURATIONS)}.get(label, label)
-
-
 def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve]) -> str:
     """Which deviation moves a verdict: each deviation pair (``analysis.deviation_pairs``: a paper-protocol
     configuration and its runs with one setting set back to ours, seed by seed) and each claim against that
@@ -148,19 +139,19 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve]) ->
         lines.append("| - | no finished pair yet | | | | | | | |")
     rows = claim_rows(curves)
     compared = {(t["env"], t["claim"]): t for t in analysis.protocol_comparison(rows)}
-    claim_lines = [PAIR_CLAIM_HEADER]
+    recomputed = [PAIR_CLAIM_HEADER]
     for r in analysis.claims_against_variants(analysis.scores_by_configuration(curves), found):
         rule, _, baseline = r["claim"].removesuffix(plotting.PAPER_SUFFIX).partition(" - ")
         claim = f"{analysis.PAPER_RULE_NAMES.get(rule, rule)} - {baseline}"
         t = compared[(r["env"], claim)]
         ours = "-" if t["ours_difference"] != t["ours_difference"] else f"{t['ours_difference']:+.1f}"
-        claim_lines.append(f"| {r['env'].replace('_', ' ')} | {claim.removeprefix('SUPER-')} | {t['paper_runs']} | "
+        recomputed.append(f"| {r['env'].replace('_', ' ')} | {claim.removeprefix('SUPER-')} | {t['paper_runs']} | "
                            f"{t['paper_difference']:+.1f} | {analysis.comparison_p(t, 'paper')} | "
                            f"{t['paper_verdict'].replace(' at this budget', '')} | {r['runs']} | "
                            f"{r['difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | {_p(r['welch_p'])} | {ours} |")
-    if len(claim_lines) == 1:
-        claim_lines.append("| - | no finished pair yet | | | | | | | | | |")
-    return "\n".join(lines) + "\n\n" + "\n".join(claim_lines)
+    if len(recomputed) == 1:
+        recomputed.append("| - | no finished pair yet | | | | | | | | | |")
+    return "\n".join(lines) + "\n\n" + "\n".join(recomputed)
 
 
 CLAIM_HEADER = ("| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
