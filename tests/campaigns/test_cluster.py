@@ -185,7 +185,7 @@ FAKE_KEY = "fakewandbkey" + "0123456789abcdef" * 3  # 60 characters, as long as 
 def local_cluster() -> Iterator[Cluster]:
     """`ray start --head` on 127.0.0.1 with its own ports and temp dir."""
     ray_bin = str(Path(sys.executable).parent / "ray")
-    for _attempt in range(2):  # a heavily loaded machine can miss Ray's fixed 30 s raylet start-up window
+    for _ in range(2):  # a heavily loaded machine can miss Ray's fixed 30 s raylet start-up window
         tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
         ports = {k: free_port() for k in ("port", "dashboard-port", "ray-client-server-port",
                                           "dashboard-agent-listen-port", "dashboard-agent-grpc-port",

@@ -292,7 +292,7 @@ def test_adam_steps_equal_separate_reference_steps(body, max_norm, dtype) -> Non
     ref_opts = [torch.optim.Adam(n.parameters(), lr=lr) for n in refs]
     opt = torch.optim.Adam(batched.parameters(), lr=lr)
     loss_w = torch.tensor([1.0, 3.0, 1e-3], dtype=dtype)  # very different grad norms: clip 0 and 1, not 2
-    for _step in range(3):
+    for _ in range(3):
         obs = torch.rand(P, B, *shape, dtype=dtype)
         act = torch.randint(0, A, (P, B))
         y = torch.randn(P, B, dtype=dtype)
