@@ -95,10 +95,11 @@ def final_games(curves: list[plotting.RunCurve], configurations: tuple[tuple[str
     return "\n".join(lines)
 
 
-def comparison(curves: list[plotting.RunCurve]) -> str:
-    """Each claim's verdict under both protocols (``analysis.protocol_comparison``), envs in ``ENVS`` order."""
+def comparison(rows: list[dict]) -> str:
+    """Each claim's verdict under both protocols (``analysis.protocol_comparison`` of ``claim_rows``), envs in
+    ``ENVS`` order."""
     lines = [analysis.PROTOCOL_HEADER]
-    for t in analysis.protocol_comparison(claim_rows(curves)):
+    for t in analysis.protocol_comparison(rows):
         diff = {p: "-" if t[f"{p}_difference"] != t[f"{p}_difference"] else f"{t[f'{p}_difference']:+.1f}"
                 for p in ("paper", "ours")}
         verdicts = {p: t[f"{p}_verdict"].replace(" at this budget", "") for p in ("paper", "ours")}
@@ -121,11 +122,12 @@ def _name(label: str) -> str:
     return {lab: name for name, lab in (*PAPER_CONFIGURATIONS, *CONFIGURATIONS)}.get(label, label)
 
 
-def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve]) -> str:
+def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], rows: list[dict]) -> str:
     """Which deviation moves a verdict: each deviation pair (``analysis.deviation_pairs``: a paper-protocol
     configuration and its runs with one setting set back to ours, seed by seed) and each claim against that
     configuration recomputed with the variant in its place (``analysis.claims_against_variants``) beside the claim
-    under both protocols (``analysis.protocol_comparison``). A row saying so while no pair has finished."""
+    under both protocols (``analysis.protocol_comparison`` of ``rows``, the curves' ``claim_rows``). A row saying so
+    while no pair has finished."""
     found = analysis.deviation_pairs(curves, variants)
     lines = [PAIR_HEADER]
     for r in found:
@@ -137,7 +139,6 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve]) ->
                      f"{_p(r['paired_p'])} |")
     if not found:
         lines.append("| - | no finished pair yet | | | | | | | |")
-    rows = claim_rows(curves)
     compared = {(t["env"], t["claim"]): t for t in analysis.protocol_comparison(rows)}
     recomputed = [PAIR_CLAIM_HEADER]
     for r in analysis.claims_against_variants(analysis.scores_by_configuration(curves), found):
@@ -213,7 +214,8 @@ def tables(curves: list[plotting.RunCurve], records: Path, protocol: str,
 
         return "\n".join(line for line in table(records).splitlines() if line.startswith("|"))
     if protocol == "compare":
-        return comparison(curves) + "\n\n" + pairs(curves, companions.get("fig1_isolate", []))
+        rows = claim_rows(curves)  # bootstraps and random-policy returns: once for both tables
+        return comparison(rows) + "\n\n" + pairs(curves, companions.get("fig1_isolate", []), rows)
     if protocol == "dqn":
         dqn = companions.get("fig1_dqn", [])
         return "\n\n".join([markdown(dqn, DQN_CONFIGURATIONS), final_games(dqn, DQN_CONFIGURATIONS),

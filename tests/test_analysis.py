@@ -518,6 +518,7 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
         curves = P.load_run_curves(P.find_run_folders([base]))
         variants = P.load_run_curves(P.find_run_folders([variant]))
         (row,) = A.deviation_pairs(curves, variants)
+        assert tuple(row) == A.PAIR_COLUMNS
         assert (row["configuration"], row["variant"]) == ("ddqn_super_gaussian [shareall]",
                                                           "ddqn_super_gaussian [shareall_legacy]")
         assert row["deviation"] == "relay.insertion_priority: max -> legacy"
@@ -527,6 +528,7 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
         assert (row["ci_low"], row["ci_high"]) == pytest.approx((7.0 - half, 7.0 + half), rel=1e-9)
         assert row["paired_p"] == pytest.approx(2 * stats.t.sf(7.0 / (2.0 / np.sqrt(3.0)), 2), rel=1e-9)
         (claim,) = A.claims_against_variants(A.scores_by_configuration(curves), [row], 200)
+        assert tuple(claim) == A.PAIR_CLAIM_COLUMNS
         assert claim["claim"] == "SUPER-quantile - share-all" and claim["runs"] == "3 vs 3"
         # one evaluation in the last 10%: the scores are the last values; IQM of 3 runs is their middle one
         assert claim["difference"] == pytest.approx(102.0 - 27.0, rel=1e-12)

@@ -17,8 +17,15 @@ from suPER.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIG1 = ROOT / "results" / "fig1"
-RUNS = sorted(p for p in FIG1.iterdir() if p.is_dir() and p.name != "figures") if FIG1.is_dir() else []
-"""every run record (``plot results/fig1`` writes its figures into results/fig1/figures, ignored by git)"""
+
+
+def _records(folder: Path) -> list[Path]:
+    """The run records in a results folder (``plot`` writes its figures into FOLDER/figures, ignored by git)."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "figures") if folder.is_dir() else []
+
+
+RUNS = _records(FIG1)
+"""every run record of results/fig1"""
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
@@ -33,8 +40,7 @@ from fig1_tables import (  # noqa: E402
     tables,
 )
 
-COMPANION_RUNS = {name: sorted(p for p in (ROOT / "results" / name).iterdir() if p.is_dir() and p.name != "figures")
-                  if (ROOT / "results" / name).is_dir() else [] for name in COMPANIONS}
+COMPANION_RUNS = {name: _records(ROOT / "results" / name) for name in COMPANIONS}
 """the run records of the campaign folders beside results/fig1: the deviation pairs (stage 5), the plain-DQN lines
 (stage 6)"""
 OTHER_RUNS = [run for runs in COMPANION_RUNS.values() for run in runs]
