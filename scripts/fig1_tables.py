@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Print docs/results.md's Figure 1 tables from the committed records, so the doc is pasted, never retyped.
 
-    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|dqn|costs]
+    python scripts/fig1_tables.py [RECORDS] [--protocol ours|paper|compare|relay|dqn|costs]
     python scripts/fig1_tables.py --update docs/results.md      # after --collect: every part's tables at once
 
 ``ours`` (default) and ``paper``: that protocol's runs only, as markdown tables: each run's final score (the mean of
@@ -12,7 +12,8 @@ it with the shipped random-policy returns; and for ``paper``, battle's final pol
 ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's
 verdict under both protocols (``analysis.protocol_comparison``), then the deviation pairs (RECORDS' sibling
 fig1_isolate: runs of the paper protocol with one setting set back to ours) and each claim recomputed against a
-pair's variant. ``dqn``: the plain-DQN lines (RECORDS' sibling fig1_dqn) as ``paper``'s tables. ``costs``: what the runs cost and a full-budget run
+pair's variant. ``relay``: the fraction of its fresh rows each SUPER configuration relayed, per run. ``dqn``: the
+plain-DQN lines (RECORDS' sibling fig1_dqn) as ``paper``'s tables. ``costs``: what the runs cost and a full-budget run
 would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these
 numbers.
 """
@@ -155,6 +156,31 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], ro
     return "\n".join(lines) + "\n\n" + "\n".join(recomputed)
 
 
+RELAY_METRIC = "fraction_shared_mean"
+"""metrics.csv's relayed / fresh rows of each sender since the last evaluation, mean over the senders"""
+
+
+def relay_table(fractions: list[plotting.RunCurve]) -> str:
+    """The fraction of its fresh rows each SUPER configuration relayed (``RELAY_METRIC`` curves of the finished
+    runs, a run's value the mean of its evaluations after the first, which precedes any relay), per env and
+    protocol, seeds in order, with their mean. Share-all relays every row and reads 1 where no sender ever lacks
+    rows; the records' commits averaged each fragment's fraction, so a fragment in which a dead sender (battle) had
+    no rows counted as 0, and share-all's value is the share of (sender, fragment) pairs that had rows."""
+    lines = ["| env | protocol | configuration | seeds | fraction relayed, per seed | mean |", "|---|---|---|---|---|---:|"]
+    for env, row_name in ENVS:
+        for protocol, configurations in (("paper", PAPER_CONFIGURATIONS), ("ours", CONFIGURATIONS)):
+            for name, label in configurations:
+                runs = sorted((c.seed, float(c.values[1:].mean())) for c in fractions
+                              if c.env == env and c.label == label and c.finished and len(c.values) > 1)
+                if not runs:
+                    continue
+                seeds = ", ".join(f"s{s}" for s, _ in runs)
+                values = ", ".join(f"{v:.3f}" for _, v in runs)
+                mean = sum(v for _, v in runs) / len(runs)
+                lines.append(f"| {row_name} | {protocol} | {name} | {seeds} | {values} | {mean:.3f} |")
+    return "\n".join(lines)
+
+
 CLAIM_HEADER = ("| env | SUPER rule | baseline | runs | IQM difference | 95% CI | P(improvement) | Welch p (Holm) | "
                 "TOST p (Holm) | verdict | other windows | seeds for 80% power |\n"
                 "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|")
@@ -196,7 +222,8 @@ def games_claims(curves: list[plotting.RunCurve]) -> str:
     return "\n".join([CLAIM_HEADER, *claim_lines(rows, " (varied games)")])
 
 
-SECTIONS = {"compare": ("### Verdicts by protocol", "### Across DQN variants"),
+SECTIONS = {"compare": ("### Verdicts by protocol", "### What each rule relays"),
+            "relay": ("### What each rule relays", "### Across DQN variants"),
             "dqn": ("### Across DQN variants", "### What the full budget needs"),
             "paper": ("#### Results so far", "### Under our protocol"),
             "ours": ("#### Results (", "#### Honest notes"),
@@ -216,6 +243,8 @@ def tables(curves: list[plotting.RunCurve], records: Path, protocol: str,
     if protocol == "compare":
         rows = claim_rows(curves)  # bootstraps and random-policy returns: once for both tables
         return comparison(rows) + "\n\n" + pairs(curves, companions.get("fig1_isolate", []), rows)
+    if protocol == "relay":
+        return relay_table(plotting.load_run_curves(plotting.find_run_folders([records]), RELAY_METRIC, skipped=[]))
     if protocol == "dqn":
         dqn = companions.get("fig1_dqn", [])
         return "\n\n".join([markdown(dqn, DQN_CONFIGURATIONS), final_games(dqn, DQN_CONFIGURATIONS),
@@ -258,7 +287,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python scripts/fig1_tables.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(ROOT / "results" / "fig1"), metavar="RECORDS")
-    parser.add_argument("--protocol", choices=("ours", "paper", "compare", "dqn", "costs"), default="ours")
+    parser.add_argument("--protocol", choices=("ours", "paper", "compare", "relay", "dqn", "costs"), default="ours")
     parser.add_argument("--update", metavar="RESULTS_MD", help="write every part's tables into this file (results.md: "
                         "each part's tables replaced in order, its prose kept) instead of printing one part")
     args = parser.parse_args(argv)

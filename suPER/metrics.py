@@ -64,8 +64,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("env_steps_per_sec", "perf", "training throughput, evaluation and checkpoint time excluded "
            "(`--backend rllib`: also `startup`)"),
     Metric("wall_time_s", "perf", "seconds since the start"),
-    Metric("fraction_shared_mean", "relay", "SUPER: relayed / fresh rows, mean over participating senders since "
-           "the last evaluation"),
+    Metric("fraction_shared_mean", "relay", "SUPER: relayed / fresh rows of each participating sender since the "
+           "last evaluation, pooled over its fragments (one in which it had no rows, e.g. dead on battle, does not "
+           "count; `--backend rllib`: the mean of its fragments' fractions), mean over the senders that had rows"),
     Metric("fraction_shared_", "relay", "the same per sender", per_agent=True),
     Metric("relayed_rows_total", "relay", "copies inserted into receivers' buffers so far"),
 )

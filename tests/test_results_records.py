@@ -133,14 +133,17 @@ PAIR_CELLS = 9
 """cells of a deviation pair's row (env, configuration, setting, pairs, per-seed scores and differences, mean, p)"""
 COST_CELLS = 8
 """cells of a row of the run-cost table (env, protocol, CPU, then runs, wall times, rates, full budget)"""
+RELAY_CELLS = 6
+"""cells of a row of the relay table (env, protocol, configuration, seeds, fraction per seed, mean)"""
 
 
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
     """Markdown table rows by their table's place in ``text`` and a key: a final-score row by its env cell, a
     final-games row by its configuration, a claim row by (env, SUPER rule, baseline), a comparison row by (env,
-    claim), a pair row by (env, configuration), a cost row by (env, protocol, CPU)."""
+    claim), a pair row by (env, configuration), a cost row by (env, protocol, CPU), a relay row by (env, protocol,
+    configuration)."""
     rows = {}
-    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, PAIR_CELLS: 2, COST_CELLS: 3}
+    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, PAIR_CELLS: 2, COST_CELLS: 3, RELAY_CELLS: 3}
     table, in_table = 0, False
     for line in text.splitlines():
         if line.startswith("|") and not in_table:
@@ -180,7 +183,7 @@ def _same_cell(doc: str, computed: str) -> bool:
 def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     """docs/results.md's Figure 1 tables are what ``scripts/fig1_tables.py`` computes from the committed records:
     each protocol's per-seed final scores and claim table, the paper protocol's battle final games and the claims
-    judged on them, and the verdicts of both protocols side by side; every row there, and no row of the doc's tables
+    judged on them, the verdicts of both protocols side by side, and what each SUPER run relayed; every row there, and no row of the doc's tables
     that the records do not give."""
     from suPER import plotting
 
@@ -194,11 +197,25 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
                         "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
                                      games_claims(paper)]))
     companions = {name: plotting.load_run_curves(runs) for name, runs in COMPANION_RUNS.items()}
-    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### Across DQN variants"),
+    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What each rule relays"),
                         tables(curves, FIG1, "compare", companions))
+    _assert_same_tables(_section(figure1, "### What each rule relays", "### Across DQN variants"),
+                        tables(curves, FIG1, "relay"))
     _assert_same_tables(_section(figure1, "### Across DQN variants", "### What the full budget needs"),
                         tables(curves, FIG1, "dqn", companions))
     _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
+
+
+def test_relay_table_reads_share_all_as_every_row_where_no_sender_dies() -> None:
+    """The relay table's run value leaves out the step-0 evaluation (before any relay): share-all, which relays every
+    row, reads 1 on every pursuit and adversarial pursuit run (no sender lacks rows there), and a SUPER rule with
+    b = 0.1 between 0.04 and 0.15 (our gaussian on battle, as these records count, reads 0.050)."""
+    text = tables([], FIG1, "relay")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+    share_all = [r for r in rows if r[2] == "share-all" and not r[0].startswith("battle")]
+    assert share_all and all(v == "1.000" for r in share_all for v in r[4].split(", "))
+    rules = [r for r in rows if r[2].startswith("SUPER")]
+    assert rules and all(0.04 < float(v) < 0.15 for r in rules for v in r[4].split(", "))
 
 
 def test_collect_copies_new_and_changed_records_and_leaves_the_rest(tmp_path: Path,

@@ -146,6 +146,8 @@ class RelayPlan:
     """bool [N, T] rows selected for relay"""
     fraction_N: np.ndarray
     """float [N] selected / fresh rows per agent (0 for non-participants and agents with no rows)"""
+    fresh_N: np.ndarray
+    """int64 [N] fresh rows per agent in this fragment (0 for an agent dead throughout it)"""
     received_N: np.ndarray
     """int64 [N] relayed rows received per agent"""
     threshold_N: np.ndarray
@@ -155,6 +157,45 @@ class RelayPlan:
     def n_relayed(self) -> int:
         """Number of copies inserted (K)."""
         return int(len(self.receiver_K))
+
+
+@dataclass
+class RelayTally:
+    """What each sender relayed since the last evaluation, for the metrics: the fraction of its fresh rows it sent,
+
+        fraction_n = sum_f selected_nf / sum_f fresh_nf   over the fragments f since the last evaluation
+
+    (0 for a sender with no rows in any of them). Pooling the counts, rather than averaging each fragment's fraction,
+    leaves out the fragments in which a sender had no rows: on battle a dead agent has none until its episode ends, and
+    averaging counted each such fragment as a fraction of 0 (share-all, which sends every row, read 0.79-0.92 there).
+    """
+
+    selected_N: np.ndarray
+    """int64 [N] rows each sender relayed"""
+    fresh_N: np.ndarray
+    """int64 [N] fresh rows each sender had"""
+
+    @classmethod
+    def zeros(cls, n_agents: int) -> RelayTally:
+        return cls(np.zeros(n_agents, dtype=np.int64), np.zeros(n_agents, dtype=np.int64))
+
+    def add(self, plan: RelayPlan) -> None:
+        """Count one fragment's plan."""
+        self.selected_N += np.asarray(plan.selected_NT).sum(axis=1)
+        self.fresh_N += plan.fresh_N
+
+    def fraction_N(self) -> np.ndarray:
+        """float [N] relayed / fresh rows per sender (0 where it had none)."""
+        return np.where(self.fresh_N > 0, self.selected_N / np.maximum(self.fresh_N, 1), 0.0)
+
+    def mean_fraction(self, participants_N: np.ndarray) -> float:
+        """The mean of ``fraction_N`` over the participants that had rows (0 when none had)."""
+        had_rows = participants_N & (self.fresh_N > 0)
+        return float(self.fraction_N()[had_rows].mean()) if had_rows.any() else 0.0
+
+    def clear(self) -> None:
+        self.selected_N[:] = 0
+        self.fresh_N[:] = 0
 
 
 @dataclass(frozen=True)
@@ -308,7 +349,7 @@ class Relay:
         fresh = valid_NT.sum(axis=1)
         fraction = np.where(fresh > 0, selected.sum(axis=1) / np.maximum(fresh, 1), 0.0)
         received = np.bincount(recv_K, minlength=n_agents).astype(np.int64)
-        return RelayPlan(s_K, r_K, recv_K, selected, fraction, received, thresholds)
+        return RelayPlan(s_K, r_K, recv_K, selected, fraction, fresh.astype(np.int64), received, thresholds)
 
     def state_dict(self) -> dict[str, Any]:
         """Windows and generator state, for checkpoints."""

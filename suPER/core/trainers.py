@@ -55,7 +55,7 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.rllib.utils.metrics import TIMERS
 
 from suPER.config import ConfigError, RelayConfig, check_relay_setting, in_range
-from suPER.core.relay import INSERTION_PRIORITIES, Relay
+from suPER.core.relay import INSERTION_PRIORITIES, Relay, RelayPlan
 from suPER.core.rllib_buffer import (
     BUFFER_PATH,
     ROW_KEY,
@@ -285,7 +285,7 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
                 self._check_spaces(buffer, src, receivers, rows_N)
                 prio = relay.insertion.priorities(td_NT, plan)
                 buffer.add_relayed(receivers, [x[0] for x in src], [x[1] for x in src], [x[2] for x in src], prio)
-            self._log_relay(plan.fraction_N, plan.n_relayed)
+            self._log_relay(plan)
 
     def _fresh_td(self, buffer: RelayMultiAgentPrioritizedEpisodeReplayBuffer, rows_N: list[list[Any]],
                   T: int) -> np.ndarray:
@@ -331,15 +331,21 @@ class suPERDQN(DQN):  # noqa: N801 - name fixed by the paper's README
                                  "the team (suPER_team_sharing) to modules with equal spaces")
         self._spaces_checked = True
 
-    def _log_relay(self, fraction_N: np.ndarray, n_relayed: int) -> None:
+    def _log_relay(self, plan: RelayPlan) -> None:
+        """Log one fragment's relay: each sender's fraction of its fresh rows relayed, and their mean over the
+        participants, counting only senders that had rows in the fragment (a dead agent's empty fragment would
+        read as a fraction of 0; the native trainer pools its counts the same way, ``RelayTally``)."""
         assert self.relay is not None
-        part = self.relay.participants_N
-        mean = float(fraction_N[part].mean()) if self.relay.active else 0.0
-        self.metrics.log_value(("suPER", "fraction_shared_mean"), mean, reduce="mean")
-        for m, f in zip(self.relay.agent_ids, fraction_N):
-            self.metrics.log_value(("suPER", f"fraction_shared_{m}"), float(f), reduce="mean")
-        self.metrics.log_value(("suPER", "relayed_rows"), int(n_relayed), reduce="sum")
-        self.metrics.log_value(("suPER", "relayed_rows_lifetime"), int(n_relayed), reduce="lifetime_sum")
+        had_rows = plan.fresh_N > 0
+        part = self.relay.participants_N & had_rows
+        if not self.relay.active or part.any():
+            mean = float(plan.fraction_N[part].mean()) if self.relay.active else 0.0
+            self.metrics.log_value(("suPER", "fraction_shared_mean"), mean, reduce="mean")
+        for m, f, rows in zip(self.relay.agent_ids, plan.fraction_N, had_rows):
+            if rows:
+                self.metrics.log_value(("suPER", f"fraction_shared_{m}"), float(f), reduce="mean")
+        self.metrics.log_value(("suPER", "relayed_rows"), int(plan.n_relayed), reduce="sum")
+        self.metrics.log_value(("suPER", "relayed_rows_lifetime"), int(plan.n_relayed), reduce="lifetime_sum")
 
     # ---- checkpoints: the relay's windows and generator travel with the algorithm state
 

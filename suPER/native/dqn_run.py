@@ -23,7 +23,7 @@ import torch
 
 from suPER.arrays import concatenate
 from suPER.config import ConfigError, ExperimentConfig
-from suPER.core.relay import InsertionPolicy, Relay, RelayPlan
+from suPER.core.relay import InsertionPolicy, Relay, RelayPlan, RelayTally
 from suPER.envs import EnvSpec, StepResult, env_record
 from suPER.loop import ProgressFn, RunLoop, to_numpy
 from suPER.models import BatchedQNet, clip_grad_norm_per_policy
@@ -59,7 +59,8 @@ class DQNRun:
     learn_after: int = 0
     """updates run while env_steps > learn_after (raised on a resume without replay, to refill the buffers)"""
     losses: list[float] = field(default_factory=list)
-    relay_fraction: list[np.ndarray] = field(default_factory=list)
+    relay_tally: RelayTally = field(default_factory=lambda: RelayTally.zeros(0))
+    """rows each sender relayed and had since the last evaluation"""
     relay_received: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     ep_return_N: np.ndarray = field(default_factory=lambda: np.zeros(0))
     obs_NO: Any = None
@@ -104,7 +105,7 @@ class DQNRun:
         return cls(cfg=cfg, loop=loop, rng=rng, buffer=buffer, relay=relay, insertion=insertion,
                    frag=Fragment.empty(d.rollout_fragment_length, n_agents, spec.obs_shape), init_net=init_net,
                    n_pol=n_pol, learn_after=d.learning_starts, relay_received=np.zeros(n_agents, dtype=np.int64),
-                   ep_return_N=np.zeros(n_agents))
+                   relay_tally=RelayTally.zeros(n_agents), ep_return_N=np.zeros(n_agents))
 
     @property
     def active(self) -> bool:
@@ -167,7 +168,7 @@ class DQNRun:
 
     def note_relay(self, plan: RelayPlan) -> None:
         """Count one fragment's relay for the metrics (fraction each sender shared, rows each receiver got)."""
-        self.relay_fraction.append(plan.fraction_N)
+        self.relay_tally.add(plan)
         self.relay_received += plan.received_N
 
     def note_update(self, loss: float) -> bool:
@@ -188,12 +189,12 @@ class DQNRun:
                                "epsilon": self.cfg.dqn.epsilon(self.loop.env_steps), "updates": self.updates}
         relay = self.relay
         if relay is not None:
-            frac_N = np.mean(self.relay_fraction, axis=0) if self.relay_fraction else np.zeros(self.n_pol)
-            row["fraction_shared_mean"] = float(frac_N[relay.participants_N].mean()) if relay.active else 0.0
-            row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, frac_N)})
+            tally = self.relay_tally
+            row["fraction_shared_mean"] = tally.mean_fraction(relay.participants_N) if relay.active else 0.0
+            row.update({f"fraction_shared_{a}": float(f) for a, f in zip(relay.agent_ids, tally.fraction_N())})
             row["relayed_rows_total"] = int(self.relay_received.sum())
         self.losses.clear()
-        self.relay_fraction.clear()
+        self.relay_tally.clear()
         return row
 
     # ---- checkpoints
@@ -209,7 +210,8 @@ class DQNRun:
             "replay": self.buffer.state_dict(copy=False) if self.cfg.run.checkpoint_replay else None,
             "rng": {"explore": self.rng.bit_generator.state, "replay": self.buffer.rng.bit_generator.state},
             "relay": self.relay.state_dict() if self.relay is not None else None,
-            "relay_received": self.relay_received, "relay_fraction": list(self.relay_fraction),
+            "relay_received": self.relay_received,
+            "relay_tally": {"selected": self.relay_tally.selected_N, "fresh": self.relay_tally.fresh_N},
             "losses": list(self.losses),
         }
 
@@ -234,7 +236,9 @@ class DQNRun:
         if self.relay is not None and state["relay"] is not None:
             self.relay.load_state_dict(state["relay"])
         self.relay_received[:] = state["relay_received"]
-        self.relay_fraction[:] = list(state["relay_fraction"])
+        if "relay_tally" in state:  # a checkpoint from before the tally (its per-fragment fractions) starts it at 0
+            self.relay_tally.selected_N[:] = state["relay_tally"]["selected"]
+            self.relay_tally.fresh_N[:] = state["relay_tally"]["fresh"]
         self.losses[:] = state["losses"]
         return {k: state[k] for k in NETWORK_KEYS}
 

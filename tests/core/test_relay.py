@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from suPER.core.relay import Relay, TDWindow, insertion_priorities, team_mask, threshold
+from suPER.core.relay import Relay, RelayTally, TDWindow, insertion_priorities, team_mask, threshold
 from suPER.core.selection import SELECTION_RULES
 
 td_arrays = st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=40).map(np.array)
@@ -137,6 +137,33 @@ def test_routing_no_self_receipt_and_all_teammates() -> None:
         assert got == sorted([r for r in range(4) if r != s] * 3)
     np.testing.assert_array_equal(plan.received_N, [9, 9, 9, 9])
     np.testing.assert_array_equal(plan.fraction_N, [1.0, 1.0, 1.0, 1.0])
+
+
+def test_tally_pools_rows_so_a_dead_senders_empty_fragment_does_not_count() -> None:
+    """``RelayTally``: relayed / fresh rows per sender summed over fragments. Share-all reads 1 for a sender dead
+    for a whole fragment (battle), where averaging each fragment's fraction read 0.5; a quantile relay reads its
+    rows sent over rows had."""
+    everyone, c_dead = np.ones((3, 4), dtype=bool), np.ones((3, 4), dtype=bool)
+    c_dead[2], c_dead[1, 2:] = False, False  # c dead throughout the second fragment, b for its last 2 steps
+    share_all = Relay(["a", "b", "c"], bandwidth=1.0)
+    tally = RelayTally.zeros(3)
+    for valid in (everyone, c_dead):
+        tally.add(share_all.plan(np.ones((3, 4)), valid))
+    np.testing.assert_array_equal(tally.fresh_N, [8, 6, 4])
+    np.testing.assert_array_equal(tally.fraction_N(), [1.0, 1.0, 1.0])
+    assert tally.mean_fraction(share_all.participants_N) == 1.0
+    quantile = Relay(["a", "b", "c"], mode="quantile", bandwidth=0.5, window=1000)
+    tally.clear()
+    td = np.arange(12, dtype=np.float64).reshape(3, 4)
+    plans = [quantile.plan(td, valid) for valid in (everyone, c_dead)]
+    for plan in plans:
+        tally.add(plan)
+    selected_N = sum(plan.selected_NT.sum(axis=1) for plan in plans)
+    np.testing.assert_allclose(tally.fraction_N(), selected_N / np.array([8, 6, 4]), rtol=1e-12)
+    assert tally.fresh_N[2] == 4 and plans[1].fraction_N[2] == 0.0  # c's empty fragment: no rows, not a fraction
+    silent = RelayTally.zeros(3)
+    silent.add(share_all.plan(np.ones((3, 4)), np.zeros((3, 4), dtype=bool)))
+    assert silent.mean_fraction(share_all.participants_N) == 0.0 and not silent.fraction_N().any()
 
 
 def test_team_filter_substring_and_list() -> None:

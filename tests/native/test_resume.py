@@ -245,6 +245,25 @@ def test_an_unfinished_run_of_the_earlier_config_layout_resumes(tmp_path: Path) 
     assert json.loads((run_dir / "config.json").read_text())["relay"]["params"] == {}
 
 
+def test_a_checkpoint_with_per_fragment_relay_fractions_resumes(tmp_path: Path) -> None:
+    """A checkpoint written before the relay tally (``relay_fraction``: each fragment's fraction, since the last
+    evaluation) resumes with the tally at zero and the run still relays and logs its fractions."""
+    cfg = resolve(tmp_path, 300)
+    with pytest.raises(Interrupt):
+        campaigns.execute(cfg, progress=interrupt_at(150))
+    latest = tmp_path / cfg.run_name / "checkpoints" / "latest.pt"
+    saved = torch.load(latest, weights_only=False)
+    tally = saved["trainer"].pop("relay_tally")
+    assert int(tally["fresh"].sum()) > 0  # the rows counted since the last metrics row travel with the checkpoint
+    per_fragment = torch.full((len(tally["fresh"]),), 0.1, dtype=torch.float64)
+    saved["trainer"]["relay_fraction"] = [per_fragment, per_fragment]  # the old layout
+    torch.save(saved, latest)
+    assert campaigns.execute(cfg).env_steps == 300 and rows(tmp_path / cfg.run_name) == [0, 100, 200, 300]
+    with (tmp_path / cfg.run_name / "metrics.csv").open() as f:
+        fractions = [float(r["fraction_shared_mean"]) for r in csv.DictReader(f)]
+    assert all(0.0 < f < 1.0 for f in fractions[2:])  # learning starts at 100: a stochastic 10% relay from there
+
+
 def test_unfinished_run_with_another_config_is_refused(tmp_path: Path) -> None:
     cfg = resolve(tmp_path, 300)
     with pytest.raises(Interrupt):
