@@ -220,13 +220,14 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
     """One row per (env, algorithm, claim) whose two configurations both have runs (``CLAIM_COLUMNS``).
 
     The family of a test is its env under one protocol: Welch's p and the TOST p are Holm-adjusted over that env's
-    claim rows of that protocol (``stats.holm``), and the verdict uses the adjusted values. The two protocols are
+    claim rows of that protocol that have a p (``stats.holm``; a configuration with one run has none, and its claims
+    join the family with its second run), and the verdict uses the adjusted values. The two protocols are
     two experiments, each asking the paper's questions once, so runs of one never change the other's verdicts.
     ``tost_margin`` (from ``margins``, per env and protocol: ``protocol_margins``) makes equivalence decidable;
     without one no row is equivalent.
     ``windows`` (window name -> the scores under that final-score definition, ``WINDOWS``) adds each row's verdict
     under each, and ``fragile`` when any differs from this table's. ``seeds_for_power``: runs per side for 80% power
-    at the observed effect with alpha = 0.05 / (family size), the bar the row's smallest p must pass under Holm;
+    at the observed effect with alpha = 0.05 / (family size: the claims with a p), the bar the row's smallest p must pass under Holm;
     given for rows without a verdict either way (inconclusive), NaN otherwise.
 
     Args:
@@ -271,13 +272,16 @@ def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
     for (env, protocol), family in sorted(families.items(), key=lambda kv: kv[0][1] != "paper"):
         p_holm = holm([r["welch_p"] for r in family])
         tost_holm = holm([r.pop("tost_p") for r in family])
+        # the family Holm adjusts over: the claims with a p (a configuration with one run has none yet)
+        tested = sum(r["welch_p"] == r["welch_p"] for r in family)
+        untested = f" ({len(family) - tested} more without a p yet)" if tested < len(family) else ""
         for r, p, t in zip(family, p_holm, tost_holm):
             x, y = r.pop("x"), r.pop("y")
-            r.update(welch_p_holm=float(p), tost_p_holm=float(t), family=f"{env} ({protocol}): {len(family)} claims",
-                     family_size=len(family),
+            r.update(welch_p_holm=float(p), tost_p_holm=float(t),
+                     family=f"{env} ({protocol}): {tested} claims{untested}", family_size=tested,
                      verdict=verdict(r["ci_low"], r["ci_high"], float(p), float(t)))
-            r["seeds_for_power"] = (seeds_for_power(x, y, alpha=ALPHA / len(family)) if r["verdict"] == INCONCLUSIVE
-                                    else float("nan"))
+            r["seeds_for_power"] = (seeds_for_power(x, y, alpha=ALPHA / max(tested, 1))
+                                    if r["verdict"] == INCONCLUSIVE else float("nan"))
         rows += family
     return rows
 

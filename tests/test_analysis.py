@@ -423,6 +423,28 @@ def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_kno
     assert row["verdict"] == A.INCONCLUSIVE and 3 < row["seeds_for_power"] < 1000
 
 
+def test_a_claim_without_a_p_stays_out_of_its_holm_family_and_power() -> None:
+    """A configuration with one run gives its claims no p: the family Holm adjusts over, its size and the alpha of
+    the seeds for power are the claims with a p (here 2 of 4), as ``stats.holm`` counts them."""
+    from suPER.stats import holm, seeds_for_power
+
+    curves = []
+    for s, noise in enumerate((-3.0, 0.0, 3.0, 1.5, -1.5), 1):
+        curves.append(_curve("e", "ddqn_super_quantile", s, [10 + noise] * 10))
+        curves.append(_curve("e", "ddqn", s, [noise * 2] * 10))
+        curves.append(_curve("e", "ddqn_ps", s, [9 - noise] * 10))
+    curves.append(_curve("e", "ddqn_super_stochastic", 1, [5.0] * 10))  # one run: no p for its claims
+    rows = A.claim_table(A.scores_by_configuration(curves), 300)
+    tested = [r for r in rows if r["welch_p"] == r["welch_p"]]
+    assert len(rows) == 4 and len(tested) == 2
+    assert all(r["family_size"] == 2 and r["family"] == "e (ours): 2 claims (2 more without a p yet)" for r in rows)
+    np.testing.assert_allclose([r["welch_p_holm"] for r in tested], holm([r["welch_p"] for r in tested]))
+    (ps,) = [r for r in tested if r["claim"].endswith("parameter sharing")]
+    assert ps["verdict"] == A.INCONCLUSIVE
+    by_cfg = A.scores_by_configuration(curves)["e"]
+    assert ps["seeds_for_power"] == seeds_for_power(by_cfg["ddqn_super_quantile"], by_cfg["ddqn_ps"], alpha=0.05 / 2)
+
+
 def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_verdicts(tmp_path: Path) -> None:
     """Both protocols in one results tree: the paper protocol's claims are adjusted among themselves and its TOST
     margin comes from its own best configuration, so adding them leaves our protocol's adjusted p, margins and
