@@ -177,6 +177,7 @@ class RelayTally:
 
     @classmethod
     def zeros(cls, n_agents: int) -> RelayTally:
+        """An empty tally for ``n_agents`` senders."""
         return cls(np.zeros(n_agents, dtype=np.int64), np.zeros(n_agents, dtype=np.int64))
 
     def add(self, plan: RelayPlan) -> None:
@@ -194,6 +195,7 @@ class RelayTally:
         return float(self.fraction_N()[had_rows].mean()) if had_rows.any() else 0.0
 
     def clear(self) -> None:
+        """Start the next evaluation's interval."""
         self.selected_N[:] = 0
         self.fresh_N[:] = 0
 
