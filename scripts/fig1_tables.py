@@ -12,10 +12,10 @@ it with the shipped random-policy returns; and for ``paper``, battle's final pol
 ``final_games.json``) and the claim table judged on them (``analysis.final_game_scores``). ``compare``: each claim's
 verdict under both protocols (``analysis.protocol_comparison``), then the deviation pairs (RECORDS' sibling
 fig1_isolate: runs of the paper protocol with one setting set back to ours) and each claim recomputed against a
-pair's variant. ``relay``: the fraction of its fresh rows each SUPER configuration relayed, per run. ``dqn``: the
-plain-DQN lines (RECORDS' sibling fig1_dqn) as ``paper``'s tables. ``costs``: what the runs cost and a full-budget run
-would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's tables hold these
-numbers.
+pair's variant. ``relay``: the fraction of its fresh rows each SUPER configuration relayed, per run. ``dqn``:
+the plain-DQN lines (RECORDS' sibling fig1_dqn) as ``paper``'s tables. ``costs``: what the runs cost and a
+full-budget run would need (``scripts/run_costs.py``). ``tests/test_results_records.py`` checks that results.md's
+tables hold these numbers.
 """
 
 from __future__ import annotations

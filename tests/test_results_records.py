@@ -183,8 +183,8 @@ def _same_cell(doc: str, computed: str) -> bool:
 def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     """docs/results.md's Figure 1 tables are what ``scripts/fig1_tables.py`` computes from the committed records:
     each protocol's per-seed final scores and claim table, the paper protocol's battle final games and the claims
-    judged on them, the verdicts of both protocols side by side, and what each SUPER run relayed; every row there, and no row of the doc's tables
-    that the records do not give."""
+    judged on them, the verdicts of both protocols side by side, and what each SUPER run relayed; every row there,
+    and no row of the doc's tables that the records do not give."""
     from suPER import plotting
 
     text = (ROOT / "docs" / "results.md").read_text()
