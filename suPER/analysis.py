@@ -620,7 +620,8 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (env, claim) of ``claim_table``'s rows: its runs, IQM difference, Welch p raw and Holm-adjusted
     with the size of the family it was adjusted over, and verdict under the paper protocol and under ours (``-`` /
     NaN where a protocol has no such claim yet), and whether the verdicts agree (holds, does not hold, equivalent or
-    inconclusive; a fragile verdict is shown as such but is still its verdict). The family sizes say when verdicts
+    inconclusive; a fragile verdict is shown as such but is still its verdict; ``-`` while a side has no p, its
+    inconclusive verdict then being one of a single run, not of a test). The family sizes say when verdicts
     differ because one protocol's env has more claims so far (Holm asks more of each p), not because of the runs.
     A claim is named as the paper names it (``PAPER_RULE_NAMES``), so each protocol's SUPER gaussian meets the
     other's. Claims of either protocol appear; which deviation moves a verdict that differs is a question for a pair
@@ -642,7 +643,8 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     f"{p}_family_size": r["family_size"], f"{p}_verdict": verdict_text})
     for out in by_claim.values():
         paper, ours = (out[f"{p}_verdict"].removesuffix(FRAGILE) for p in ("paper", "ours"))
-        out["same_verdict"] = "-" if "-" in (paper, ours) else "yes" if paper == ours else "no"
+        untested = any(out[f"{p}_welch_p"] != out[f"{p}_welch_p"] for p in ("paper", "ours"))  # a side with one run
+        out["same_verdict"] = "-" if untested or "-" in (paper, ours) else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
 

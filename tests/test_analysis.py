@@ -425,7 +425,8 @@ def test_claim_verdicts_are_holm_adjusted_equivalent_or_fragile_on_runs_with_kno
 
 def test_a_claim_without_a_p_stays_out_of_its_holm_family_and_power() -> None:
     """A configuration with one run gives its claims no p: the family Holm adjusts over, its size and the alpha of
-    the seeds for power are the claims with a p (here 2 of 4), as ``stats.holm`` counts them."""
+    the seeds for power are the claims with a p (here 2 of 4), as ``stats.holm`` counts them; the protocol comparison
+    does not call a verdict without a p the same as one with."""
     from suPER.stats import holm, seeds_for_power
 
     curves = []
@@ -443,6 +444,13 @@ def test_a_claim_without_a_p_stays_out_of_its_holm_family_and_power() -> None:
     assert ps["verdict"] == A.INCONCLUSIVE
     by_cfg = A.scores_by_configuration(curves)["e"]
     assert ps["seeds_for_power"] == seeds_for_power(by_cfg["ddqn_super_quantile"], by_cfg["ddqn_ps"], alpha=0.05 / 2)
+    # under the paper protocol no sharing has one run: the claim has no p there, so the protocols are not compared
+    paper = [_curve("e", "ddqn_super_quantile (paper)", s, [10.0 + s] * 10) for s in (1, 2, 3)]
+    paper.append(_curve("e", "ddqn (paper)", 1, [0.0] * 10))
+    both = {t["claim"]: t for t in A.protocol_comparison(A.claim_table(A.scores_by_configuration(curves + paper), 300))}
+    row = both["SUPER-quantile - no sharing"]
+    assert (row["paper_runs"], row["paper_verdict"], row["same_verdict"]) == ("3 vs 1", A.INCONCLUSIVE, "-")
+    assert both["SUPER-quantile - parameter sharing"]["same_verdict"] == "-"  # no paper-protocol claim at all
 
 
 def test_each_protocol_is_its_own_holm_family_and_the_comparison_pairs_their_verdicts(tmp_path: Path) -> None:
