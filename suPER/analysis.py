@@ -227,8 +227,8 @@ def claim_table(scores: dict[str, dict[str, np.ndarray]], n_resamples: int = 200
     without one no row is equivalent.
     ``windows`` (window name -> the scores under that final-score definition, ``WINDOWS``) adds each row's verdict
     under each, and ``fragile`` when any differs from this table's. ``seeds_for_power``: runs per side for 80% power
-    at the observed effect with alpha = 0.05 / (family size: the claims with a p), the bar the row's smallest p must pass under Holm;
-    given for rows without a verdict either way (inconclusive), NaN otherwise.
+    at the observed effect with alpha = 0.05 / (family size: the claims with a p), the bar the row's smallest p must
+    pass under Holm; given for rows without a verdict either way (inconclusive), NaN otherwise.
 
     Args:
         scores: env -> configuration -> final scores (``scores_by_configuration``).
@@ -643,8 +643,9 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     f"{p}_family_size": r["family_size"], f"{p}_verdict": verdict_text})
     for out in by_claim.values():
         paper, ours = (out[f"{p}_verdict"].removesuffix(FRAGILE) for p in ("paper", "ours"))
-        untested = any(out[f"{p}_welch_p"] != out[f"{p}_welch_p"] for p in ("paper", "ours"))  # a side with one run
-        out["same_verdict"] = "-" if untested or "-" in (paper, ours) else "yes" if paper == ours else "no"
+        # no p on a side (no such claim there, or a configuration with one run): nothing to compare
+        untested = any(out[f"{p}_welch_p"] != out[f"{p}_welch_p"] for p in ("paper", "ours"))
+        out["same_verdict"] = "-" if untested else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
 

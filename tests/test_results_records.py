@@ -30,15 +30,7 @@ RUNS = _records(FIG1)
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
-from fig1_tables import (  # noqa: E402
-    COMPANIONS,
-    PAPER_CONFIGURATIONS,
-    final_games,
-    games_claims,
-    markdown,
-    replace_tables,
-    tables,
-)
+from fig1_tables import COMPANIONS, SECTIONS, replace_tables, tables  # noqa: E402
 
 COMPANION_RUNS = {name: _records(ROOT / "results" / name) for name in COMPANIONS}
 """the run records of the campaign folders beside results/fig1: the deviation pairs (stage 5), the plain-DQN lines
@@ -188,22 +180,11 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
     from suPER import plotting
 
     text = (ROOT / "docs" / "results.md").read_text()
-    figure1 = _section(text, "## Figure 1: SUPER against the baselines", "\n## ")
+    figure1 = _section(text, "## Figure 1: SUPER against the baselines", "\n## ") + "\n## "  # its last part's end
     curves = plotting.load_run_curves(plotting.find_run_folders([FIG1]))
-    ours = [c for c in curves if not plotting.is_paper(c.label)]
-    paper = [c for c in curves if plotting.is_paper(c.label)]
-    _assert_same_tables(_section(figure1, "#### Results (", "#### Honest notes"), markdown(ours))
-    _assert_same_tables(_section(figure1, "#### Results so far", "### Under our protocol"),
-                        "\n\n".join([markdown(paper, PAPER_CONFIGURATIONS), final_games(paper, PAPER_CONFIGURATIONS),
-                                     games_claims(paper)]))
     companions = {name: plotting.load_run_curves(runs) for name, runs in COMPANION_RUNS.items()}
-    _assert_same_tables(_section(figure1, "### Verdicts by protocol", "### What each rule relays"),
-                        tables(curves, FIG1, "compare", companions))
-    _assert_same_tables(_section(figure1, "### What each rule relays", "### Across DQN variants"),
-                        tables(curves, FIG1, "relay"))
-    _assert_same_tables(_section(figure1, "### Across DQN variants", "### What the full budget needs"),
-                        tables(curves, FIG1, "dqn", companions))
-    _assert_same_tables(_section(text, "### What the full budget needs", "\n## "), tables(curves, FIG1, "costs"))
+    for part, (start, end) in SECTIONS.items():  # every part `fig1_tables.py --update` writes
+        _assert_same_tables(_section(figure1, start, end), tables(curves, FIG1, part, companions))
 
 
 def test_relay_table_reads_share_all_as_every_row_where_no_sender_dies() -> None:

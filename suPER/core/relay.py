@@ -159,6 +159,11 @@ class RelayPlan:
         return int(len(self.receiver_K))
 
 
+def relayed_fraction(selected_N: np.ndarray, fresh_N: np.ndarray) -> np.ndarray:
+    """float [N] ``selected_N / fresh_N`` per sender, 0 where it had no fresh rows."""
+    return np.where(fresh_N > 0, selected_N / np.maximum(fresh_N, 1), 0.0)
+
+
 @dataclass
 class RelayTally:
     """What each sender relayed since the last evaluation, for the metrics: the fraction of its fresh rows it sent,
@@ -187,7 +192,7 @@ class RelayTally:
 
     def fraction_N(self) -> np.ndarray:
         """float [N] relayed / fresh rows per sender (0 where it had none)."""
-        return np.where(self.fresh_N > 0, self.selected_N / np.maximum(self.fresh_N, 1), 0.0)
+        return relayed_fraction(self.selected_N, self.fresh_N)
 
     def mean_fraction(self, participants_N: np.ndarray) -> float:
         """The mean of ``fraction_N`` over the participants that had rows (0 when none had)."""
@@ -349,7 +354,7 @@ class Relay:
         present = np.asarray(valid_NT.any(axis=1), dtype=bool)
         s_K, r_K, recv_K = self.route(selected, present)
         fresh = valid_NT.sum(axis=1)
-        fraction = np.where(fresh > 0, selected.sum(axis=1) / np.maximum(fresh, 1), 0.0)
+        fraction = relayed_fraction(selected.sum(axis=1), fresh)
         received = np.bincount(recv_K, minlength=n_agents).astype(np.int64)
         return RelayPlan(s_K, r_K, recv_K, selected, fraction, fresh.astype(np.int64), received, thresholds)
 
