@@ -122,6 +122,24 @@ def test_bandwidth_one_relays_exactly_the_other_modules_fresh_transitions(
         algo.stop()
 
 
+def test_relay_metrics_describe_each_iteration_alone(two_agent_env: type, tiny_training: dict,
+                                                    tiny_model: dict) -> None:
+    """An iteration's fraction is the plain mean of its own fragments: RLlib 2.60 clears a reduce="mean" stat at each
+    reduce (MeanStats), although log_value's docstring describes EMA smoothing for a mean without a window. An EMA
+    (coefficient 0.01) would read 0.99 after the bandwidth drops from 1 to 0, a running mean 0.5."""
+    algo = build(two_agent_env, tiny_training, tiny_model, suPER_bandwidth=1.0)
+    try:
+        first = algo.train()["suPER"]
+        assert first["fraction_shared_mean"] == 1.0 and first["relayed_rows"] == 32
+        assert algo.relay is not None
+        algo.relay.bandwidth = 0.0
+        second = algo.train()["suPER"]
+        assert second["fraction_shared_mean"] == second["fraction_shared_a0"] == second["fraction_shared_a1"] == 0.0
+        assert second["relayed_rows"] == 0 and second["relayed_rows_lifetime"] == 32
+    finally:
+        algo.stop()
+
+
 def test_bandwidth_zero_relays_nothing(two_agent_env: type, tiny_training: dict, tiny_model: dict) -> None:
     algo = build(two_agent_env, tiny_training, tiny_model, suPER_bandwidth=0.0)
     try:
