@@ -273,7 +273,7 @@ def _family_rows(scores: dict[str, dict[str, np.ndarray]], n_resamples: int,
         p_holm = holm([r["welch_p"] for r in family])
         tost_holm = holm([r.pop("tost_p") for r in family])
         # the family Holm adjusts over: the claims with a p (a configuration with one run has none yet)
-        tested = sum(r["welch_p"] == r["welch_p"] for r in family)
+        tested = sum(not np.isnan(r["welch_p"]) for r in family)
         untested = f" ({len(family) - tested} more without a p yet)" if tested < len(family) else ""
         for r, p, t in zip(family, p_holm, tost_holm):
             x, y = r.pop("x"), r.pop("y")
@@ -644,7 +644,7 @@ def protocol_comparison(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for out in by_claim.values():
         paper, ours = (out[f"{p}_verdict"].removesuffix(FRAGILE) for p in ("paper", "ours"))
         # no p on a side (no such claim there, or a configuration with one run): nothing to compare
-        untested = any(out[f"{p}_welch_p"] != out[f"{p}_welch_p"] for p in ("paper", "ours"))
+        untested = any(np.isnan(out[f"{p}_welch_p"]) for p in ("paper", "ours"))
         out["same_verdict"] = "-" if untested else "yes" if paper == ours else "no"
     env_order = list(dict.fromkeys(r["env"] for r in rows))
     return [by_claim[k] for k in sorted(by_claim, key=lambda k: env_order.index(k[0]))]
