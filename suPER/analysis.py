@@ -567,7 +567,7 @@ def write_claims(rows: Sequence[dict[str, Any]], out_dir: Path, stem: str = "cla
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     _write_csv(csv_path, rows, CLAIM_COLUMNS)
     families = ", ".join(dict.fromkeys(r["family"] for r in rows))
-    tost = any(r["tost_margin"] == r["tost_margin"] for r in rows)  # NaN: no margin
+    tost = not all(np.isnan(r["tost_margin"]) for r in rows)  # NaN: no margin
     windows = any(r["verdicts_by_window"] for r in rows)
     lines = [f"Claims: difference of IQM of {score}, SUPER minus "
              "baseline, with a 95% stratified percentile-bootstrap CI; probability of improvement P(SUPER run > "
@@ -798,6 +798,12 @@ def write_aggregates(agg: dict[str, Any], info: dict[str, dict[str, Any]], out_d
     return csv_path, md_path
 
 
+def _error_bar(value: float, low: float, high: float) -> list[list[float]]:
+    """Matplotlib's ``xerr`` for a point estimate and its interval; no bar where the interval is NaN
+    (a bootstrap over a single run has none)."""
+    return [[0.0 if np.isnan(low) else value - low], [0.0 if np.isnan(high) else high - value]]
+
+
 def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate") -> tuple[Path, Path]:
     """Three panels: normalized IQM with CIs per configuration, performance profiles, probability of
     improvement of SUPER over each baseline (rliable's figures). Returns (png, svg)."""
@@ -811,7 +817,7 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     name, color = plotting.method_name, plotting.method_color
     for i, c in enumerate(cfgs):
         v, lo, hi = agg["iqm"][c]
-        axes[0].errorbar([v], [i], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="o",
+        axes[0].errorbar([v], [i], xerr=_error_bar(v, lo, hi), fmt="o",
                          color=color(c), capsize=4)
         frac, plo, phi = agg["profiles"][c]
         axes[1].plot(agg["taus"], frac, color=color(c), label=name(c))
@@ -824,7 +830,7 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     axes[1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, frameon=False)
     for j, p in enumerate(agg["poi"]):
         v, lo, hi = p["value"], p["low"], p["high"]
-        axes[2].errorbar([v], [j], xerr=[[v - lo if lo == lo else 0], [hi - v if hi == hi else 0]], fmt="s",
+        axes[2].errorbar([v], [j], xerr=_error_bar(v, lo, hi), fmt="s",
                          color="C0", capsize=4)
     axes[2].set_yticks(range(len(agg["poi"])),
                        [f"P({name(p['super'])} > {name(p['baseline'])})" for p in agg["poi"]], fontsize=7)

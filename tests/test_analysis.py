@@ -162,6 +162,12 @@ def test_normalization_aggregates_and_profiles() -> None:
     assert norm2 == {} and not info2["pursuit"]["used"] and "beats" in info2["pursuit"]["why"]
 
 
+def test_error_bar_half_widths() -> None:
+    """The figure's bars are the interval's half-widths; an interval a single run cannot give (NaN) draws none."""
+    np.testing.assert_allclose(A._error_bar(0.6, 0.5, 0.9), [[0.1], [0.3]], atol=1e-12)
+    assert A._error_bar(0.6, float("nan"), float("nan")) == [[0.0], [0.0]]
+
+
 # --------------------------------------------------------------------------------------------------
 # run folders: plot --analysis (random returns measured once, cached) and the marl-eval export
 
