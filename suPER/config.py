@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args, get_origin, get_type_hints
 
@@ -721,7 +722,7 @@ legacy_settings = paper_protocol_settings
 
 
 def _literal_values(cls: type, name: str) -> tuple[str, ...]:
-    hint = get_type_hints(cls)[name]
+    hint = field_hints(cls)[name]
     return tuple(get_args(hint)) if get_origin(hint) is Literal else ()
 
 
@@ -912,6 +913,14 @@ def parse_set_pairs(pairs: list[str], flag: str = "--set") -> dict[str, Any]:
     return out
 
 
+@cache
+def field_hints(cls: type) -> dict[str, Any]:
+    """A config dataclass's field annotations, resolved (``typing.get_type_hints``) once per class: resolving them
+    evaluates every string annotation again, and rebuilding the config of each of a campaign's run folders
+    (``costs.run_cost``) asked ~70 times a folder. Read-only: callers share the dict."""
+    return get_type_hints(cls)
+
+
 def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set",
                     labels: dict[str, str] | None = None) -> ExperimentConfig:
     """Apply dotted-key overrides (``{"dqn.lr": 1e-4, "env.kwargs.n_evaders": 10}``) in place.
@@ -941,7 +950,7 @@ def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: st
             target[parts[-1]] = value
             continue
         where = labels.get(dotted, f"{source} {dotted}")
-        setattr(section, parts[1], coerce(get_type_hints(type(section))[parts[1]], value, where))
+        setattr(section, parts[1], coerce(field_hints(type(section))[parts[1]], value, where))
     return cfg
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin
 
 from suPER import config as C
 from suPER.docstrings import field_docs
@@ -208,7 +208,7 @@ def _first_sentence(text: str) -> str:
 def choices(key: str) -> tuple[str, ...]:
     """The values of a ``Literal`` field (``run.device`` -> cpu, cuda, auto); () for other fields."""
     cls, name = _field(key)
-    hint = get_type_hints(cls)[name]
+    hint = C.field_hints(cls)[name]
     return tuple(str(a) for a in get_args(hint)) if get_origin(hint) is Literal else ()
 
 
@@ -217,7 +217,7 @@ def value_type(f: Flag) -> Any:
     if f.key is None:
         return f.type
     cls, name = _field(f.key)
-    hint = get_type_hints(cls)[name]
+    hint = C.field_hints(cls)[name]
     if get_origin(hint) is Literal:
         return str
     return hint if hint in (bool, int, float, str) else str
