@@ -108,12 +108,19 @@ def seeds_for_power(x: Any, y: Any, alpha: float = 0.05, power: float = 0.8, lim
         return 2.0
     delta = diff / pooled
 
-    def achieved(n: np.ndarray) -> np.ndarray:
+    def reaches(n: int) -> bool:
         df = 2 * n - 2
         crit = stats.t.ppf(1 - alpha / 2, df)
         nc = delta * np.sqrt(n / 2)
-        return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)
+        # P(T > crit) + P(T < -crit); the second as P(T' > crit) at -nc, which is the same number: scipy 1.17's
+        # nct.cdf returns NaN there once nc passes ~5, its sf does not
+        return bool(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc) >= power)
 
-    n = np.arange(2, limit + 1)
-    reached = np.flatnonzero(achieved(n) >= power)
-    return float(n[reached[0]]) if len(reached) else float("inf")
+    # power grows with n (the noncentrality grows, the critical value falls): bisect for the first n that reaches it
+    if not reaches(limit):
+        return float("inf")
+    lo, hi = 1, limit  # reaches(hi); lo below the smallest n (2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return float(hi)
