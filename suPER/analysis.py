@@ -817,8 +817,7 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     name, color = plotting.method_name, plotting.method_color
     for i, c in enumerate(cfgs):
         v, lo, hi = agg["iqm"][c]
-        axes[0].errorbar([v], [i], xerr=_error_bar(v, lo, hi), fmt="o",
-                         color=color(c), capsize=4)
+        axes[0].errorbar([v], [i], xerr=_error_bar(v, lo, hi), fmt="o", color=color(c), capsize=4)
         frac, plo, phi = agg["profiles"][c]
         axes[1].plot(agg["taus"], frac, color=color(c), label=name(c))
         if not np.isnan(plo).all():
@@ -830,8 +829,7 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     axes[1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2, frameon=False)
     for j, p in enumerate(agg["poi"]):
         v, lo, hi = p["value"], p["low"], p["high"]
-        axes[2].errorbar([v], [j], xerr=_error_bar(v, lo, hi), fmt="s",
-                         color="C0", capsize=4)
+        axes[2].errorbar([v], [j], xerr=_error_bar(v, lo, hi), fmt="s", color="C0", capsize=4)
     axes[2].set_yticks(range(len(agg["poi"])),
                        [f"P({name(p['super'])} > {name(p['baseline'])})" for p in agg["poi"]], fontsize=7)
     axes[2].axvline(0.5, color="grey", ls="--", lw=0.8)

@@ -913,14 +913,14 @@ def parse_set_pairs(pairs: list[str], flag: str = "--set") -> dict[str, Any]:
     return out
 
 
+_cached_type_hints = cache(get_type_hints)
+
+
 def field_hints(cls: type) -> dict[str, Any]:
     """A config dataclass's field annotations, resolved (``typing.get_type_hints``) once per class: resolving them
     evaluates every string annotation again, and rebuilding the config of each of a campaign's run folders
     (``costs.run_cost``) asked ~70 times a folder. Read-only: callers share the dict."""
     return _cached_type_hints(cls)
-
-
-_cached_type_hints = cache(get_type_hints)
 
 
 def apply_overrides(cfg: ExperimentConfig, overrides: dict[str, Any], source: str = "--set",
