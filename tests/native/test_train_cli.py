@@ -16,6 +16,9 @@ from suPER.opponents import OPPONENTS_DIR, sha256
 
 TINY = ["--num-timesteps", "300", "--eval-interval", "150", "--eval-episodes", "1", "--no-progress",
         "--set", "env.horizon=60", "--set", "dqn.learning_starts=100", "--set", "dqn.buffer_size=2000"]
+FEW_FINAL_GAMES = ["--set", "run.final_games=2"]
+"""battle's runs end with the final policy in varied games, 100 by default (tests/test_costs.py): 2 here keep the
+tiny runs tiny (most of a 300-step battle run's time went to the 100 games)"""
 
 
 def train(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
@@ -41,12 +44,16 @@ def check_run_folder(run_dir: Path, n_agents: int, super_: bool = False) -> list
     assert len([c for c in rows[0] if c.startswith("return_")]) == n_agents
     assert ("fraction_shared_mean" in rows[0]) == super_
     assert (run_dir / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    if config["env"]["name"] == "battle":  # the opponent team's env: the run ends with its final policy in games
+        assert json.loads((run_dir / "final_games.json").read_text())["games"] == 2
+    else:
+        assert not (run_dir / "final_games.json").exists()
     return rows
 
 
 @pytest.mark.parametrize(("env", "n_agents", "extra"), [
     ("pursuit", 8, []),
-    ("battle", 6, ["--algo", "dqn"]),
+    ("battle", 6, ["--algo", "dqn", *FEW_FINAL_GAMES]),
     ("adversarial_pursuit", 8, []),
 ])
 def test_train_each_env(tmp_path: Path, env: str, n_agents: int, extra: list[str]) -> None:
@@ -71,7 +78,7 @@ def test_super_parameter_sharing_and_paper_spelling(tmp_path: Path) -> None:
     for seed in (1, 2):
         rows = check_run_folder(tmp_path / f"pursuit__ddqn_super_stochastic__s{seed}", 8, super_=True)
         assert float(rows[-1]["relayed_rows_total"]) > 0
-    r = train(tmp_path, "--env", "battle", "--parameter_sharing=true")
+    r = train(tmp_path, "--env", "battle", "--parameter_sharing=true", *FEW_FINAL_GAMES)
     assert r.returncode == 0, r.stderr[-2000:]
     check_run_folder(tmp_path / "battle__ddqn_ps__s1", 6)
 
