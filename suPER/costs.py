@@ -136,8 +136,10 @@ def _shown(folder: Path) -> str:
 
 @dataclass
 class Pricing:
-    """Rates looked up in order: the first table with the run's (env, protocol), then the first with its env under
-    the other protocol (a protocol changes little of a step's cost; the source says which was used)."""
+    """Rates looked up table by table, in order: a table with the run's (env, protocol) gives them, else one with its
+    env under the other protocol, before any later table is read. A protocol changes little of a step's cost and the
+    machine much, so a campaign's own runs under the other protocol price its runs better than the committed records
+    of another machine (the source says which was used)."""
 
     tables: list[dict[tuple[str, str], Rates]]
 
@@ -154,7 +156,6 @@ class Pricing:
         for table in self.tables:
             if (env, protocol) in table:
                 return table[(env, protocol)]
-        for table in self.tables:
             for (e, p), r in table.items():
                 if e == env:
                     return Rates(r.train_s_per_step, r.eval_s_per_episode, f"{r.source}, {p} protocol")

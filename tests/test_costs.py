@@ -59,9 +59,9 @@ def test_a_resumed_run_counts_and_names_every_machine_it_ran_on(tmp_path: Path) 
 
 
 def test_rates_come_from_the_folders_in_order_then_the_env_under_the_other_protocol(tmp_path: Path) -> None:
-    """A campaign's own finished runs price its runs before the committed records; an (env, protocol) that no table
-    has borrows its env's rates under the other protocol and says so, but only after every table was searched for the
-    exact pair; an env no run measured gets no estimate."""
+    """A campaign's own finished runs price its runs before the committed records, under the other protocol too (the
+    machine sets a step's cost more than the protocol does), and say so; within one table the run's own protocol
+    comes first; an env no table has comes from the records; an env no run measured gets no estimate."""
     for seed, wall in enumerate([1000.0, 2000.0, 9000.0]):  # median: 2000 s
         record(tmp_path / "own" / f"p{seed}", "pursuit", wall, 41.0)
     pricing = costs.Pricing.of(tmp_path / "own")
@@ -70,13 +70,14 @@ def test_rates_come_from_the_folders_in_order_then_the_env_under_the_other_proto
     assert own.source == f"median of 3 finished runs in {tmp_path / 'own'} (Test CPU (AVX2))"
     committed = costs.measured_rates(costs.RECORDS)
     assert len(pricing.tables) == 2 and pricing.tables[1] == committed  # the committed records come last
-    assert pricing.rates("battle", "paper") == committed[("battle", "paper")]  # nothing of battle here: the records
-    own_table = pricing.tables[0]
-    borrowed = costs.Pricing([own_table]).rates("pursuit", "paper")
+    assert ("pursuit", "paper") in committed  # the records have the exact pair: the campaign's own runs still win
+    borrowed = pricing.rates("pursuit", "paper")
     assert borrowed is not None and borrowed.train_s_per_step == own.train_s_per_step
-    assert borrowed.source.endswith(", ours protocol")
-    exact = costs.Rates(0.5, 2.0, "a later table's paper runs")
-    assert costs.Pricing([own_table, {("pursuit", "paper"): exact}]).rates("pursuit", "paper") == exact
+    assert borrowed.source == f"{own.source}, ours protocol"
+    assert pricing.rates("battle", "paper") == committed[("battle", "paper")]  # nothing of battle here: the records
+    exact = costs.Rates(0.5, 2.0, "the paper's runs")
+    both = {**pricing.tables[0], ("pursuit", "paper"): exact}
+    assert costs.Pricing([both, committed]).rates("pursuit", "paper") == exact
     assert costs.Pricing([{}]).rates("battle", "paper") is None
 
 
