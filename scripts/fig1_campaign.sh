@@ -9,9 +9,9 @@
 #   3. paper protocol, pursuit: no sharing, SUPER quantile, share-all, seeds 1-3 (9 runs)
 #   4. our protocol, battle + adversarial pursuit: seeds 4-5 of stage 1's configurations (16 runs, 2 of them
 #      recorded already)
-#   5. deviation pairs (experiments/fig1_isolate.yaml, in runs/fig1_isolate): adversarial pursuit's share-all under
-#      the paper protocol with our insertion priority, seeds 1-3 (3 runs; each pairs with stage 1's run of its
-#      seed)
+#   5. deviation pairs (experiments/fig1_isolate.yaml, in runs/fig1_isolate): adversarial pursuit's share-all and
+#      pursuit's no sharing, SUPER quantile and share-all under the paper protocol with our insertion priority,
+#      seeds 1-3 (12 runs; each pairs with stage 1's or stage 3's run of its configuration and seed)
 #   6. the paper's plain-DQN lines (experiments/fig1_dqn.yaml, in runs/fig1_dqn): DQN without double Q-learning, no
 #      sharing, SUPER quantile and share-all, the three envs under the paper protocol, seeds 1-3 (27 runs)
 #

@@ -114,8 +114,11 @@ def comparison(rows: list[dict]) -> str:
 PAIR_HEADER = ("| env | configuration | set back to ours | pairs | paper protocol | with it | difference | mean [95% CI] | "
                "paired p |\n|---|---|---|---:|---|---|---|---|---:|")
 
-PAIR_CLAIM_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | against the variant: runs | "
-                     "difference | 95% CI | Welch p | ours: difference |\n|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|")
+PAIR_CLAIM_HEADER = ("| env | claim | paper: runs | difference | p (Holm, claims) | verdict | set back | "
+                     "against the variant: runs | difference | 95% CI | Welch p | ours: difference |\n"
+                     "|---|---|---:|---:|---:|---|---|---:|---:|---|---:|---:|")
+SET_BACK = {"baseline": "baseline", "both": "both sides"}
+"""``claims_against_variants``' ``set_back`` as the table says it"""
 
 
 def _name(label: str) -> str:
@@ -126,9 +129,10 @@ def _name(label: str) -> str:
 def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], rows: list[dict]) -> str:
     """Which deviation moves a verdict: each deviation pair (``analysis.deviation_pairs``: a paper-protocol
     configuration and its runs with one setting set back to ours, seed by seed) and each claim against that
-    configuration recomputed with the variant in its place (``analysis.claims_against_variants``) beside the claim
-    under both protocols (``analysis.protocol_comparison`` of ``rows``, the curves' ``claim_rows``). A row saying so
-    while no pair has finished."""
+    configuration recomputed with the variant in its place, and with both sides' variants where the SUPER side has
+    a pair of the same deviation (``analysis.claims_against_variants``), beside the claim under both protocols
+    (``analysis.protocol_comparison`` of ``rows``, the curves' ``claim_rows``). A row saying so while no pair has
+    finished."""
     found = analysis.deviation_pairs(curves, variants)
     lines = [PAIR_HEADER]
     for r in found:
@@ -149,10 +153,11 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], ro
         ours = "-" if t["ours_difference"] != t["ours_difference"] else f"{t['ours_difference']:+.1f}"
         recomputed.append(f"| {r['env'].replace('_', ' ')} | {claim.removeprefix('SUPER-')} | {t['paper_runs']} | "
                            f"{t['paper_difference']:+.1f} | {analysis.comparison_p(t, 'paper')} | "
-                           f"{t['paper_verdict'].replace(' at this budget', '')} | {r['runs']} | "
+                           f"{t['paper_verdict'].replace(' at this budget', '')} | {SET_BACK[r['set_back']]} | "
+                           f"{r['runs']} | "
                            f"{r['difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | {_p(r['welch_p'])} | {ours} |")
     if len(recomputed) == 1:
-        recomputed.append("| - | no finished pair yet | | | | | | | | | |")
+        recomputed.append("| - | no finished pair yet | | | | | | | | | | |")
     return "\n".join(lines) + "\n\n" + "\n".join(recomputed)
 
 

@@ -727,7 +727,8 @@ def deviation_pairs(curves: Sequence[RunCurve], variants: Sequence[RunCurve],
     return rows
 
 
-PAIR_CLAIM_COLUMNS = ("env", "claim", "variant", "deviation", "runs", "difference", "ci_low", "ci_high", "welch_p")
+PAIR_CLAIM_COLUMNS = ("env", "claim", "variant", "deviation", "set_back", "runs", "difference", "ci_low", "ci_high",
+                      "welch_p")
 
 
 def claims_against_variants(scores: dict[str, dict[str, np.ndarray]], pairs: Sequence[dict[str, Any]],
@@ -735,19 +736,27 @@ def claims_against_variants(scores: dict[str, dict[str, np.ndarray]], pairs: Seq
     """Each claim whose baseline is a deviation pair's configuration, recomputed with the pair's variant runs in its
     place: what the claim would read had that one setting been ours (``PAIR_CLAIM_COLUMNS``: the IQM difference
     SUPER minus variant with its 95% stratified bootstrap CI, and Welch's p, unadjusted: the variant is one question
-    asked after the claim table's, in no Holm family). Claims are named as in ``claims``; ``scores`` holds the
-    claim's configurations (``scores_by_configuration``)."""
+    asked after the claim table's, in no Holm family). ``set_back`` says which side: ``baseline``, and, where the
+    claim's SUPER configuration has a pair of the same deviation too, a second row with ``both`` sides' variant runs
+    (the claim had the whole comparison run with that setting ours; the baseline-only row mixes the two settings).
+    Claims are named as in ``claims``; ``scores`` holds the claim's configurations (``scores_by_configuration``)."""
+    variant_scores = {(p["env"], p["configuration"], p["deviation"]): p["variant_scores"] for p in pairs}
     rows = []
     for pair in pairs:
         by_cfg = scores.get(pair["env"], {})
         for claim, sup, base in claims(list(by_cfg)):
             if base != pair["configuration"]:
                 continue
-            x, y = by_cfg[sup], pair["variant_scores"]
-            lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
-            rows.append({"env": pair["env"], "claim": claim, "variant": pair["variant"], "deviation": pair["deviation"],
-                         "runs": f"{len(x)} vs {len(y)}", "difference": float(iqm_difference(x, y)),
-                         "ci_low": float(lo), "ci_high": float(hi), "welch_p": welch_p(x, y)})
+            sides = [("baseline", by_cfg[sup])]
+            if (pair["env"], sup, pair["deviation"]) in variant_scores:
+                sides.append(("both", variant_scores[(pair["env"], sup, pair["deviation"])]))
+            for set_back, x in sides:
+                y = pair["variant_scores"]
+                lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
+                rows.append({"env": pair["env"], "claim": claim, "variant": pair["variant"],
+                             "deviation": pair["deviation"], "set_back": set_back, "runs": f"{len(x)} vs {len(y)}",
+                             "difference": float(iqm_difference(x, y)), "ci_low": float(lo), "ci_high": float(hi),
+                             "welch_p": welch_p(x, y)})
     return rows
 
 

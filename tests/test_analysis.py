@@ -557,11 +557,14 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
     """Share-all runs with one setting switched (the insertion priority), seed by seed beside the runs they pair
     with: differences 5, 7, 9 give a mean of 7 with the t interval 7 +- t(0.975, 2) * 2 / sqrt(3) and the paired
     t-test's p (t = 7 / (2 / sqrt(3)), 2 degrees of freedom); the claim against share-all is recomputed against the
-    variant. A variant seed without a run to pair with is left out; seeds pairing across other settings are refused."""
+    variant. With SUPER quantile paired too (its variants 50 below), that claim is also recomputed with both sides set
+    back. A variant seed without a run to pair with is left out; seeds pairing across other settings are refused."""
     from scipy import stats
 
     CONFIGS["ddqn_super_gaussian [shareall_legacy]"] = {**CONFIGS["ddqn_super_gaussian [shareall]"],
                                                        "relay.insertion_priority": "legacy", "run.tag": "shareall_legacy"}
+    CONFIGS["ddqn_super_quantile [legacy]"] = {**CONFIGS["ddqn_super_quantile"], "relay.insertion_priority": "legacy",
+                                               "run.tag": "legacy"}
     try:
         base, variant = tmp_path / "base", tmp_path / "variant"
         for seed, (score, shift) in enumerate(((10.0, 5.0), (20.0, 7.0), (30.0, 9.0)), 1):
@@ -573,6 +576,10 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
         curves = P.load_run_curves(P.find_run_folders([base]))
         variants = P.load_run_curves(P.find_run_folders([variant]))
         (row,) = A.deviation_pairs(curves, variants)
+        for seed in (1, 2, 3):
+            fake_run(variant, "ddqn_super_quantile [legacy]", seed, [0.0] * 9 + [50.0 + seed])
+        both_paired = A.deviation_pairs(curves, P.load_run_curves(P.find_run_folders([variant])))
+        assert [r["configuration"] for r in both_paired] == ["ddqn_super_gaussian [shareall]", "ddqn_super_quantile"]
         assert tuple(row) == A.PAIR_COLUMNS
         assert (row["configuration"], row["variant"]) == ("ddqn_super_gaussian [shareall]",
                                                           "ddqn_super_gaussian [shareall_legacy]")
@@ -586,7 +593,13 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
         assert tuple(claim) == A.PAIR_CLAIM_COLUMNS
         assert claim["claim"] == "SUPER-quantile - share-all" and claim["runs"] == "3 vs 3"
         # one evaluation in the last 10%: the scores are the last values; IQM of 3 runs is their middle one
-        assert claim["difference"] == pytest.approx(102.0 - 27.0, rel=1e-12)
+        assert claim["difference"] == pytest.approx(102.0 - 27.0, rel=1e-12) and claim["set_back"] == "baseline"
+        baseline_only, both = A.claims_against_variants(A.scores_by_configuration(curves), both_paired, 200)
+        assert baseline_only == {**claim, "ci_low": baseline_only["ci_low"], "ci_high": baseline_only["ci_high"]}
+        assert (both["claim"], both["set_back"], both["runs"]) == ("SUPER-quantile - share-all", "both", "3 vs 3")
+        assert both["difference"] == pytest.approx(52.0 - 27.0, rel=1e-12)
+        assert both["welch_p"] == pytest.approx(stats.ttest_ind([51.0, 52.0, 53.0], [15.0, 27.0, 39.0],
+                                                                equal_var=False).pvalue, rel=1e-9)
         odd = tmp_path / "odd"
         fake_run(odd, "ddqn_super_gaussian [shareall_legacy]", 1, [1.0] * 10)
         CONFIGS["ddqn_super_gaussian [shareall_legacy]"]["dqn.lr"] = 1e-3
@@ -595,3 +608,4 @@ def test_a_deviation_pair_gives_the_per_seed_effect_of_one_setting_and_the_claim
             A.deviation_pairs(curves, P.load_run_curves(P.find_run_folders([odd])))
     finally:
         CONFIGS.pop("ddqn_super_gaussian [shareall_legacy]")
+        CONFIGS.pop("ddqn_super_quantile [legacy]")

@@ -186,18 +186,23 @@ def test_grid_files_and_reproduce_take_the_protocol(tmp_path: Path) -> None:
 
 
 def test_a_deviation_pair_differs_from_its_paper_run_in_that_one_setting() -> None:
-    """experiments/fig1_isolate.yaml: each run is the paper protocol's share-all run of its seed on adversarial
-    pursuit with the insertion priority switched back to ours (and a tag that keeps its folder apart), nothing else."""
+    """experiments/fig1_isolate.yaml: each run is the paper protocol's run of its entry and seed (adversarial pursuit's
+    share-all; pursuit's no sharing, SUPER quantile and share-all) with the insertion priority switched back to ours
+    and a tag that keeps its folder apart, nothing else."""
     pairs = load_grid(C.ROOT / "experiments" / "fig1_isolate.yaml", seeds=3).runs
-    paper = {r.seed: r for r in load_grid(C.ROOT / "experiments" / "fig1_paper.yaml", seeds=3).runs
-             if r.entry == "adversarial_pursuit-ddqn-shareall"}
-    assert [r.seed for r in pairs] == [1, 2, 3]
+    paper = {(r.entry, r.seed): r for r in load_grid(C.ROOT / "experiments" / "fig1_paper.yaml", seeds=3).runs}
+    assert sorted((r.entry.removesuffix("-insertmax"), r.seed) for r in pairs) == sorted(
+        (e, s) for e in ("adversarial_pursuit-ddqn-shareall", "pursuit-ddqn", "pursuit-ddqn-super-quantile",
+                         "pursuit-ddqn-shareall") for s in (1, 2, 3))
     for run in pairs:
-        variant, original = C.flatten(run.config().to_dict()), C.flatten(paper[run.seed].config().to_dict())
+        original_run = paper[(run.entry.removesuffix("-insertmax"), run.seed)]
+        variant, original = C.flatten(run.config().to_dict()), C.flatten(original_run.config().to_dict())
         assert variant.keys() == original.keys()
         changed = {k: (original[k], variant[k]) for k in variant if variant[k] != original[k]}
-        assert changed == {"relay.insertion_priority": ("legacy", "max"), "run.tag": ("shareall", "shareall_insertmax")}
-        assert run.run_name == paper[run.seed].run_name + "_insertmax"
+        tag = original["run.tag"]
+        assert changed == {"relay.insertion_priority": ("legacy", "max"),
+                           "run.tag": (tag, f"{tag}_insertmax" if tag else "insertmax")}
+        assert run.run_name == original_run.run_name + ("_insertmax" if tag else "__insertmax")
 
 
 def test_the_plain_dqn_lines_are_figure_1s_paper_runs_with_plain_dqn() -> None:

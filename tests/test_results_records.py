@@ -264,12 +264,12 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     assert any("battle__ddqn__s2\tinterrupted 2,500/100,000, ~" in ln for ln in lines)  # time left at its pace
     assert not any("\t-\t" in ln for ln in lines)  # runs not started are left out
     assert "stage 1: 0 of 40 runs finished" in r.stdout and "stage 4: 0 of 16 runs finished" in r.stdout
-    assert "stage 5: 0 of 3 runs finished" in r.stdout  # the deviation pairs, from a grid file the worktree lacked
+    assert "stage 5: 0 of 12 runs finished" in r.stdout  # the deviation pairs, from a grid file the worktree lacked
     assert "stage 6: 0 of 27 runs finished" in r.stdout  # the plain-DQN lines, likewise
     assert any(pair.name in ln and "\trunning 0/100,000" in ln for ln in lines)
     # each stage's time to go (grid list's, tests/test_costs.py), then all stages': none finished in this worktree
     assert re.search(r"^  to go: 40 runs \(0 running\), 4,000,000 env steps, ~[\d.]+ h of runs", r.stdout, re.M)
-    assert re.search(r"^to go, all stages: 107 runs, ~\d+ h of runs, ~\d+ h two at a time$", r.stdout, re.M)
+    assert re.search(r"^to go, all stages: 116 runs, ~\d+ h of runs, ~\d+ h two at a time$", r.stdout, re.M)
     assert "3 of 3 run folders have every evaluation row exactly once" in r.stdout
     (half / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n0,-3,10\n2500,-1,610\n2500,-1,610\n")
     r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--status"],
@@ -324,3 +324,45 @@ def test_the_dqn_part_claims_the_plain_dqn_lines_among_themselves(tmp_path: Path
     assert all(" | 3 vs 3 | " in c for c in claims)
     assert "| battle | quantile | no sharing | 3 vs 3 | +30.0 |" in claims[0]
     assert "+99.0" not in text and "parameter sharing" not in text
+
+
+def test_the_pair_tables_read_a_claim_with_its_baseline_and_with_both_sides_set_back(tmp_path: Path) -> None:
+    """``fig1_tables.py --protocol compare`` on pursuit's deviation pairs (experiments/fig1_isolate.yaml: no sharing,
+    SUPER quantile and share-all under the paper protocol with our insertion priority) beside the paper runs they pair
+    with, as run folders with the grids' real configs: each configuration's per-seed effect, and each claim with its
+    baseline set back and with both sides set back. Final scores (constant curves): no sharing 100 + 10 s, its variant
+    50 + 10 s; SUPER quantile 200 + 10 s, its variant 260 + 10 s; share-all 150 + 10 s, its variant 140 + 10 s."""
+    from suPER import plotting
+    from suPER.campaigns.grid import load_grid
+
+    scores = {"pursuit-ddqn": (100.0, 50.0), "pursuit-ddqn-super-quantile": (200.0, 260.0),
+              "pursuit-ddqn-shareall": (150.0, 140.0)}
+
+    def write(root: Path, run: object, score: float) -> None:
+        folder = root / run.run_name  # type: ignore[attr-defined]
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(run.config().to_dict()))  # type: ignore[attr-defined]
+        (folder / "manifest.json").write_text(json.dumps({"status": "finished", "seed": run.seed}))  # type: ignore[attr-defined]
+        rows = "".join(f"{i * 5000},{score!r},{i}\n" for i in range(10))
+        (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n" + rows)
+
+    for run in load_grid(ROOT / "experiments" / "fig1_paper.yaml", seeds=3).runs:
+        if run.entry in scores:
+            write(tmp_path / "paper", run, scores[run.entry][0] + 10 * run.seed)
+    for run in load_grid(ROOT / "experiments" / "fig1_isolate.yaml", seeds=3).runs:
+        if run.entry.removesuffix("-insertmax") in scores:
+            write(tmp_path / "pairs", run, scores[run.entry.removesuffix("-insertmax")][1] + 10 * run.seed)
+    curves, variants = (plotting.load_run_curves(plotting.find_run_folders([tmp_path / d])) for d in ("paper", "pairs"))
+    assert len(curves) == len(variants) == 9
+    text = tables(curves, FIG1, "compare", {"fig1_isolate": variants})
+    deviation = "relay.insertion_priority: legacy -> max"
+    assert (f"| pursuit | no sharing | {deviation} | 3 | s1 +110.0, s2 +120.0, s3 +130.0 | s1 +60.0, s2 +70.0, s3 +80.0 | "
+            "s1 -50.0, s2 -50.0, s3 -50.0 | -50.0 ") in text
+    assert f"| pursuit | SUPER quantile | {deviation} | 3 | " in text and "| +60.0 [60.0, 60.0] | " in text
+    recomputed = {tuple(cells[i] for i in (1, 6, 7, 8)) for line in text.splitlines()
+                  if line.startswith("| pursuit | quantile - ") and len(cells := line.split(" | ")) == 12}
+    # IQM of 3 runs is the middle one: SUPER quantile 220 (its variant 280) against 120 / 70 and 170 / 160
+    assert recomputed == {("quantile - no sharing", "baseline", "3 vs 3", "+150.0"),
+                          ("quantile - no sharing", "both sides", "3 vs 3", "+210.0"),
+                          ("quantile - share-all", "baseline", "3 vs 3", "+60.0"),
+                          ("quantile - share-all", "both sides", "3 vs 3", "+120.0")}
