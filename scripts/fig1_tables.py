@@ -230,7 +230,7 @@ def games_claims(curves: list[plotting.RunCurve]) -> str:
 SECTIONS = {"compare": ("### Verdicts by protocol", "### What each rule relays"),
             "relay": ("### What each rule relays", "### Across DQN variants"),
             "dqn": ("### Across DQN variants", "### What the full budget needs"),
-            "paper": ("#### Results so far", "### Under our protocol"),
+            "paper": ("#### Results: the protocol's", "### Under our protocol"),
             "ours": ("#### Results (", "#### Honest notes"),
             "costs": ("### What the full budget needs", "\n## ")}
 """part -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""

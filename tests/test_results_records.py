@@ -333,16 +333,16 @@ def test_the_pair_tables_read_a_claim_with_its_baseline_and_with_both_sides_set_
     baseline set back and with both sides set back. Final scores (constant curves): no sharing 100 + 10 s, its variant
     50 + 10 s; SUPER quantile 200 + 10 s, its variant 260 + 10 s; share-all 150 + 10 s, its variant 140 + 10 s."""
     from suPER import plotting
-    from suPER.campaigns.grid import load_grid
+    from suPER.campaigns.grid import GridRun, load_grid
 
     scores = {"pursuit-ddqn": (100.0, 50.0), "pursuit-ddqn-super-quantile": (200.0, 260.0),
               "pursuit-ddqn-shareall": (150.0, 140.0)}
 
-    def write(root: Path, run: object, score: float) -> None:
-        folder = root / run.run_name  # type: ignore[attr-defined]
+    def write(root: Path, run: GridRun, score: float) -> None:
+        folder = root / run.run_name
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text(json.dumps(run.config().to_dict()))  # type: ignore[attr-defined]
-        (folder / "manifest.json").write_text(json.dumps({"status": "finished", "seed": run.seed}))  # type: ignore[attr-defined]
+        (folder / "config.json").write_text(json.dumps(run.config().to_dict()))
+        (folder / "manifest.json").write_text(json.dumps({"status": "finished", "seed": run.seed}))
         rows = "".join(f"{i * 5000},{score!r},{i}\n" for i in range(10))
         (folder / "metrics.csv").write_text("env_steps,team_return_mean,wall_time_s\n" + rows)
 
