@@ -747,11 +747,10 @@ def claims_against_variants(scores: dict[str, dict[str, np.ndarray]], pairs: Seq
         for claim, sup, base in claims(list(by_cfg)):
             if base != pair["configuration"]:
                 continue
-            sides = [("baseline", by_cfg[sup])]
-            if (pair["env"], sup, pair["deviation"]) in variant_scores:
-                sides.append(("both", variant_scores[(pair["env"], sup, pair["deviation"])]))
+            y = pair["variant_scores"]
+            sup_variant = variant_scores.get((pair["env"], sup, pair["deviation"]))
+            sides = [("baseline", by_cfg[sup])] + ([("both", sup_variant)] if sup_variant is not None else [])
             for set_back, x in sides:
-                y = pair["variant_scores"]
                 lo, hi = bootstrap_ci((x, y), iqm_difference, n_resamples=n_resamples)
                 rows.append({"env": pair["env"], "claim": claim, "variant": pair["variant"],
                              "deviation": pair["deviation"], "set_back": set_back, "runs": f"{len(x)} vs {len(y)}",
