@@ -194,18 +194,21 @@ def test_an_rllib_run_does_not_depend_on_the_string_hash_seed(tmp_path: Path) ->
     from engine_equality import tensor_hashes
 
     sets = [f"{k}={v}" for k, v in TINY_ENV["pursuit"].items()]
-    hashes, rows = [], []
-    for hash_seed in ("1", "2"):
+    procs = {}
+    for hash_seed in ("1", "2"):  # side by side: most of each process' time is Ray starting up
         out = tmp_path / hash_seed
         args = ["train", "--env", "pursuit", "--backend", "rllib", "--super", "--num-timesteps", "80",
                 "--eval-interval", "40", "--eval-episodes", "1", "--no-progress", "--no-wandb", "--out", str(out),
                 "--set", "dqn.learning_starts=1000", "--set", "dqn.batch_size=8", "--set", "env.horizon=20",
                 "--set", "dqn.hiddens=16", "--set", "relay.window=20", *(a for s in sets for a in ("--set", s))]
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "RAY_AUTH_MODE": "disabled"}
-        res = subprocess.run([sys.executable, "-m", "suPER.cli", *args], capture_output=True, text=True, env=env,
-                             timeout=600)
-        assert res.returncode == 0, res.stderr[-2000:]
-        (run,) = [p for p in out.iterdir() if (p / "manifest.json").is_file()]
+        with (tmp_path / f"{hash_seed}.log").open("w") as log:  # a file, not a pipe: neither waits on a full pipe
+            procs[hash_seed] = subprocess.Popen([sys.executable, "-m", "suPER.cli", *args], stdout=log,
+                                                stderr=subprocess.STDOUT, env=env)
+    hashes, rows = [], []
+    for hash_seed, proc in procs.items():
+        assert proc.wait(timeout=600) == 0, (tmp_path / f"{hash_seed}.log").read_text()[-2000:]
+        (run,) = [p for p in (tmp_path / hash_seed).iterdir() if (p / "manifest.json").is_file()]
         assert json.loads((run / "manifest.json").read_text())["python_hash_seed"] == hash_seed
         hashes.append(tensor_hashes(run))
         with (run / "metrics.csv").open() as f:
