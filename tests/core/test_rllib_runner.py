@@ -206,14 +206,20 @@ def test_an_rllib_run_does_not_depend_on_the_string_hash_seed(tmp_path: Path) ->
             procs[hash_seed] = subprocess.Popen([sys.executable, "-m", "suPER.cli", *args], stdout=log,
                                                 stderr=subprocess.STDOUT, env=env)
     hashes, rows = [], []
-    for hash_seed, proc in procs.items():
-        assert proc.wait(timeout=600) == 0, (tmp_path / f"{hash_seed}.log").read_text()[-2000:]
-        (run,) = [p for p in (tmp_path / hash_seed).iterdir() if (p / "manifest.json").is_file()]
-        assert json.loads((run / "manifest.json").read_text())["python_hash_seed"] == hash_seed
-        hashes.append(tensor_hashes(run))
-        with (run / "metrics.csv").open() as f:
-            rows.append([{k: v for k, v in r.items() if "per_sec" not in k and "wall_time" not in k}
-                         for r in csv.DictReader(f)])
+    try:
+        for hash_seed, proc in procs.items():
+            assert proc.wait(timeout=600) == 0, (tmp_path / f"{hash_seed}.log").read_text()[-2000:]
+            (run,) = [p for p in (tmp_path / hash_seed).iterdir() if (p / "manifest.json").is_file()]
+            assert json.loads((run / "manifest.json").read_text())["python_hash_seed"] == hash_seed
+            hashes.append(tensor_hashes(run))
+            with (run / "metrics.csv").open() as f:
+                rows.append([{k: v for k, v in r.items() if "per_sec" not in k and "wall_time" not in k}
+                             for r in csv.DictReader(f)])
+    finally:  # one failed: the other does not outlive the test
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     evaluation = ("env_steps", "team_return_mean", "all_agent_return_mean", *(f"return_pursuer_{i}" for i in range(3)))
     assert [[r[k] for k in evaluation] for r in rows[0]] == [[r[k] for k in evaluation] for r in rows[1]]
     assert len(hashes[0]) > 3 * 4 and hashes[0] == hashes[1]  # 3 modules, each several tensors
