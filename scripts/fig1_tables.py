@@ -154,8 +154,8 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], ro
         recomputed.append(f"| {r['env'].replace('_', ' ')} | {claim.removeprefix('SUPER-')} | {t['paper_runs']} | "
                            f"{t['paper_difference']:+.1f} | {analysis.comparison_p(t, 'paper')} | "
                            f"{t['paper_verdict'].replace(' at this budget', '')} | {SET_BACK[r['set_back']]} | "
-                           f"{r['runs']} | "
-                           f"{r['difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | {_p(r['welch_p'])} | {ours} |")
+                           f"{r['runs']} | {r['difference']:+.1f} | {_ci(r['ci_low'], r['ci_high'])} | "
+                           f"{_p(r['welch_p'])} | {ours} |")
     if len(recomputed) == 1:
         recomputed.append("| - | no finished pair yet | | | | | | | | | | |")
     return "\n".join(lines) + "\n\n" + "\n".join(recomputed)
