@@ -187,6 +187,25 @@ def test_results_md_figure1_tables_hold_the_numbers_of_the_records() -> None:
         _assert_same_tables(_section(figure1, start, end), tables(curves, FIG1, part, companions))
 
 
+def test_the_docs_count_each_protocols_runs_as_the_records_do() -> None:
+    """The run counts in results.md's and README's Figure 1 prose are retyped after each collection (the tables are
+    written by ``fig1_tables.py``): every place that counts a protocol's runs says what results/fig1 holds (a
+    record's protocol is ``run.protocol`` in its config.json; runs from before that key are ours)."""
+    protocols = [json.loads((run / "config.json").read_text())["run"].get("protocol", "ours") for run in RUNS]
+    paper, ours = protocols.count("paper"), protocols.count("ours")
+    assert paper + ours == len(RUNS)
+    results = " ".join((ROOT / "docs" / "results.md").read_text().split())  # prose wraps anywhere
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    paper_part = _section(results, "### Under the paper's protocol", "### Under our protocol")
+    ours_part = _section(results, "### Under our protocol", "#### Honest notes")
+    # the paper protocol's figure caption, its campaign's status and its results' heading
+    assert re.findall(r"protocol's (\d+) runs", results[:results.index("### Under our protocol")]) == [str(paper)] * 3
+    assert f"#### Results: the protocol's {paper} runs" in paper_part
+    assert ours_part.startswith(f"### Under our protocol {ours} runs.")
+    assert f"#### Results: the protocol's {ours} runs" in ours_part and f"records of {ours} runs" in ours_part
+    assert f"(`results/fig1/`, {paper} runs:" in readme and f"(`--protocol ours`, {ours} runs)" in readme
+
+
 def test_relay_table_reads_share_all_as_every_row_where_no_sender_dies() -> None:
     """The relay table's run value leaves out the step-0 evaluation (before any relay): off battle (no sender lacks
     rows there) share-all, which relays every row, reads 1 on every run, and quantile and stochastic, which aim at
