@@ -231,7 +231,7 @@ SECTIONS = {"compare": ("### Verdicts by protocol", "### What each rule relays")
             "relay": ("### What each rule relays", "### Across DQN variants"),
             "dqn": ("### Across DQN variants", "### What the full budget needs"),
             "paper": ("#### Results: the protocol's", "### Under our protocol"),
-            "ours": ("#### Results (", "#### Honest notes"),
+            "ours": ("### Under our protocol", "#### Honest notes"),
             "costs": ("### What the full budget needs", "\n## ")}
 """part -> (first line of its part of results.md's Figure 1 section, the heading that ends it)"""
 
