@@ -812,9 +812,11 @@ def _error_bar(value: float, low: float, high: float) -> list[list[float]]:
     return [[0.0 if np.isnan(low) else value - low], [0.0 if np.isnan(high) else high - value]]
 
 
-def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate") -> tuple[Path, Path]:
+def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate",
+                    caption: str = "") -> tuple[Path, Path]:
     """Three panels: normalized IQM with CIs per configuration, performance profiles, probability of
-    improvement of SUPER over each baseline (rliable's figures). Returns (png, svg)."""
+    improvement of SUPER over each baseline (rliable's figures), titled with the envs and the normalization;
+    ``caption`` (the runs' protocol and budgets, ``plotting.caption``) below them. Returns (png, svg)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -844,11 +846,16 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate")
     axes[2].set_xlabel("probability of improvement (mean over envs)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.suptitle("across " + ", ".join(agg["envs"]))
-    fig.tight_layout()
+    envs = sorted(agg["envs"], key=lambda e: (C.ENV_NAMES.index(e) if e in C.ENV_NAMES else len(C.ENV_NAMES), e))
+    fig.suptitle(f"Aggregate over {', '.join(e.replace('_', ' ') for e in envs)}: final scores normalized per env "
+                 "(random policy 0, best configuration's mean 1)")
+    if caption:
+        fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7.5, color="0.3")
+    fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
     png, svg = Path(out_dir) / f"{stem}.png", Path(out_dir) / f"{stem}.svg"
     atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
-    atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text, as in plotting.plot_bands
+        atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
     plt.close(fig)
     return png, svg
 
@@ -914,5 +921,6 @@ def report(curves: Sequence[RunCurve], out_dir: Path, last_fraction: float = MAI
     paths["notes_csv"], paths["notes_md"] = write_notes(campaign_notes(curves, info, last_fraction), out_dir,
                                                         f"{prefix}notes", last_fraction)
     if agg["configurations"]:  # else the markdown says why no env could be normalized
-        paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate")
+        paths["aggregate_png"], paths["aggregate_svg"] = plot_aggregates(agg, out_dir, f"{prefix}aggregate",
+                                                                         plotting.caption(finished))
     return paths

@@ -210,6 +210,10 @@ def test_plot_analysis_and_marl_eval_export_round_trip(tmp_path: Path) -> None:
     for f in ("aggregate.png", "aggregate.svg", "aggregate.md", "claims.md", "final_performance.md"):
         assert (out / f).stat().st_size > 0
     assert "ddqn_super_quantile" in (out / "aggregate.md").read_text()
+    svg = (out / "aggregate.svg").read_text()  # a title that names the envs and the normalization, the runs' caption
+    assert ">Aggregate over pursuit: final scores normalized per env (random policy 0, best configuration's mean 1)<" \
+        in svg.replace("&#39;", "'")
+    assert ">Protocol: ours. Budget: pursuit " in svg
     # the cached random return is reused: a cache entry with a marked value shows up in the aggregate table
     entry["random_team_return"] = -123.25
     (out / "random_returns.json").write_text(json.dumps(cache))
