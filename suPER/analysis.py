@@ -53,7 +53,7 @@ from suPER import plotting
 from suPER.core.selection import mode_names
 from suPER.plotting import RunCurve, iqm
 from suPER.resolve import from_dict, without_volatile
-from suPER.runs import RunFolder, atomic_write_bytes, atomic_write_json, atomic_write_text
+from suPER.runs import RunFolder, atomic_write_json, atomic_write_text
 from suPER.stats import bootstrap_ci, holm, seeds_for_power, welch_tost_p
 
 BASELINES = (
@@ -846,18 +846,13 @@ def plot_aggregates(agg: dict[str, Any], out_dir: Path, stem: str = "aggregate",
     axes[2].set_xlabel("probability of improvement (mean over envs)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    envs = sorted(agg["envs"], key=lambda e: (C.ENV_NAMES.index(e) if e in C.ENV_NAMES else len(C.ENV_NAMES), e))
+    envs = sorted(agg["envs"], key=plotting.env_order)
     fig.suptitle(f"Aggregate over {', '.join(e.replace('_', ' ') for e in envs)}: final scores normalized per env "
                  "(random policy 0, best configuration's mean 1)")
     if caption:
         fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7.5, color="0.3")
     fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
-    png, svg = Path(out_dir) / f"{stem}.png", Path(out_dir) / f"{stem}.svg"
-    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text, as in plotting.plot_bands
-        atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
-    plt.close(fig)
-    return png, svg
+    return plotting.save_figure(fig, out_dir, stem)
 
 
 def protocol_margins(scores: dict[str, dict[str, np.ndarray]], random: dict[str, float]) -> dict[tuple[str, str], float]:

@@ -188,6 +188,26 @@ def method_color(label: str) -> Any:
     return matplotlib.colormaps["tab10"](kind)
 
 
+def env_order(env: str) -> tuple[int, str]:
+    """Sort key that puts envs in the paper's order (``ENV_NAMES``: pursuit, battle, adversarial pursuit), any other
+    env after them by name."""
+    return (ENV_NAMES.index(env) if env in ENV_NAMES else len(ENV_NAMES), env)
+
+
+def save_figure(fig: Any, out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """Write ``fig`` as ``out_dir/stem.png`` and ``.svg`` (atomically; the SVG keeps its text as text, searchable and
+    editable) and close it. Returns (png, svg)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    png, svg = Path(out_dir) / f"{stem}.png", Path(out_dir) / f"{stem}.svg"
+    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
+    plt.close(fig)
+    return png, svg
+
+
 FEW_RUNS = 5
 """up to this many runs a band is narrower than it says, and the caption says so"""
 
@@ -199,7 +219,7 @@ def caption(curves: Sequence[RunCurve | Band]) -> str:
     runs and 83% of 5 (``scripts/verdict_error_rates.py``; docs/design.md)."""
     protocols = sorted({"paper" if is_paper(c.label) else "ours" for c in curves})
     budgets: dict[str, int] = {}
-    for c in sorted(curves, key=lambda c: (ENV_NAMES.index(c.env) if c.env in ENV_NAMES else 99, c.env)):
+    for c in sorted(curves, key=lambda c: env_order(c.env)):
         if len(c.steps):
             budgets[c.env] = max(budgets.get(c.env, 0), int(max(c.steps)))
     evals = sorted({len(c.steps) for c in curves})
@@ -605,8 +625,7 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = sorted(dict.fromkeys([b.env for b in bands] + [c.env for c in unfinished]),
-                  key=lambda e: (ENV_NAMES.index(e) if e in ENV_NAMES else 99, e))
+    envs = sorted(dict.fromkeys([b.env for b in bands] + [c.env for c in unfinished]), key=env_order)
     fig, axes = plt.subplots(1, max(1, len(envs)), figsize=(5.2 * max(1, len(envs)), 4.0), dpi=120, squeeze=False)
     from matplotlib.ticker import FuncFormatter
 
@@ -655,13 +674,7 @@ def plot_bands(bands: Sequence[Band], out_dir: Path, metric: str = DEFAULT_METRI
     if title:
         fig.suptitle(title)
     fig.tight_layout(rect=(0, (0.06 * rows + 0.05 if names else 0.05) + below, 1, 1))
-    out_dir = Path(out_dir)
-    png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
-    atomic_write_bytes(png, lambda p: fig.savefig(p, format="png", bbox_inches="tight"))
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable
-        atomic_write_bytes(svg, lambda p: fig.savefig(p, format="svg", bbox_inches="tight"))
-    plt.close(fig)
-    return png, svg
+    return save_figure(fig, out_dir, stem)
 
 
 def select_configurations(curves: Sequence[RunCurve], patterns: Sequence[str]) -> list[RunCurve]:
