@@ -18,7 +18,8 @@
 #   bash scripts/fig1_campaign.sh [--worktree DIR]              # start or resume (detached, lowest CPU share)
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --stages     # the stages' commands, as it runs them
 #   bash scripts/fig1_campaign.sh [--worktree DIR] --status     # running or not, each run's progress, time to go, rows checked
-#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/<folder> (commit them)
+#   bash scripts/fig1_campaign.sh [--worktree DIR] --collect    # finished runs' records -> results/<folder>, then the
+#                                                               # report redrawn from them (commit both)
 #
 # Every step is idempotent: the worktree pinned at the campaign's commit (created if missing, refused at another
 # commit), its .venv (created if missing, a few minutes), the grid files the pinned commit lacks copied in
@@ -30,6 +31,9 @@
 # records in results/fig1_isolate) and runs/fig1_dqn (stage 6, records in results/fig1_dqn): the last two never enter
 # Figure 1's tables, and their claims are their own Holm families.
 # Check after a resume: python scripts/check_rows.py DIR/runs (every evaluation row exactly once).
+# The report --collect redraws: docs/results.md's Figure 1 tables (scripts/fig1_tables.py --update), each protocol's
+# team-return figure and our protocol's aggregate figure in docs/figures; the analysis behind the prose (claims, notes,
+# aggregates as .md and .csv) lands in DIR/runs/fig1-report. The prose around the tables stays for a person to update.
 # Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
 # script's earlier version (git log -- scripts/fig1_campaign.sh).
 set -euo pipefail
@@ -94,6 +98,18 @@ case "${1:-}" in
       [ -d "$wt/runs/$out" ] || continue
       "$py" "$repo/scripts/collect_records.py" "$wt/runs/$out" "$repo/results/$out"
     done
+    "$py" "$repo/scripts/fig1_tables.py" --update "$repo/docs/results.md"
+    report="$wt/runs/fig1-report"; rm -rf "$report"; mkdir -p "$report"
+    title="the learning team's greedy evaluation return over training, SUPER against the baselines"
+    for figure in "paper fig1_paper_team_return the paper's" "ours fig1_team_return our"; do
+      read -r protocol name whose <<< "$figure"
+      "$py" -m suPER.cli plot "$repo/results/fig1" --protocol "$protocol" --name "$name" --out "$report" \
+        --title "Figure 1 under $whose protocol: $title" > /dev/null
+      cp "$report/$name.png" "$repo/docs/figures/$name.png"
+    done
+    "$py" -m suPER.cli plot "$repo/results/fig1" --protocol ours --analysis --out "$report/ours" > /dev/null
+    cp "$report/ours/aggregate.png" "$repo/docs/figures/fig1_aggregate.png"
+    echo "fig1_campaign.sh: docs/results.md's tables and docs/figures redrawn; analysis for the prose in $report"
     exit 0 ;;
   "") ;;
   *) echo "fig1_campaign.sh: unknown argument ${1}: expected --worktree DIR, --stages, --status or --collect" >&2
