@@ -136,11 +136,12 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], ro
     found = analysis.deviation_pairs(curves, variants)
     lines = [PAIR_HEADER]
     for r in found:
+        mean = f"{r['mean_difference']:+.1f}" + ("" if r["pairs"] < 2 else f" {_ci(r['ci_low'], r['ci_high'])}")
         per_seed = {k: ", ".join(f"s{s} {v:+.1f}" for s, v in zip(r["seeds"], r[k]))
                     for k in ("base_scores", "variant_scores", "differences")}
         lines.append(f"| {r['env'].replace('_', ' ')} | {_name(r['configuration'])} | {r['deviation']} | "
                      f"{r['pairs']} | {per_seed['base_scores']} | {per_seed['variant_scores']} | "
-                     f"{per_seed['differences']} | {r['mean_difference']:+.1f} {_ci(r['ci_low'], r['ci_high'])} | "
+                     f"{per_seed['differences']} | {mean} | "
                      f"{_p(r['paired_p'])} |")
     if not found:
         lines.append("| - | no finished pair yet | | | | | | | |")

@@ -385,3 +385,6 @@ def test_the_pair_tables_read_a_claim_with_its_baseline_and_with_both_sides_set_
                           ("quantile - no sharing", "both sides", "3 vs 3", "+210.0"),
                           ("quantile - share-all", "baseline", "3 vs 3", "+60.0"),
                           ("quantile - share-all", "both sides", "3 vs 3", "+120.0")}
+    # one finished pair: its difference is the mean, with no interval and no p to give
+    first = tables(curves, FIG1, "compare", {"fig1_isolate": [c for c in variants if c.seed == 1]})
+    assert f"| pursuit | no sharing | {deviation} | 1 | s1 +110.0 | s1 +60.0 | s1 -50.0 | -50.0 | - |" in first
