@@ -119,8 +119,10 @@ CLAIM_CELLS = 12
 
 
 COMPARISON_CELLS = 11
-"""cells of a row of the protocol comparison (env, claim, then runs, difference, p and verdict per protocol, same)
-and of a claim recomputed against a deviation pair's variant (env, claim, the paper's four, the variant's four, ours)"""
+"""cells of a row of the protocol comparison (env, claim, then runs, difference, p and verdict per protocol, same)"""
+SET_BACK_CELL = 6
+"""the cell of a claim recomputed against a deviation pair's variant that says which sides are set back (env, claim,
+the paper's four, set back, the variant's four, ours: as many cells as a claim row)"""
 PAIR_CELLS = 9
 """cells of a deviation pair's row (env, configuration, setting, pairs, per-seed scores and differences, mean, p)"""
 COST_CELLS = 8
@@ -132,8 +134,8 @@ RELAY_CELLS = 6
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
     """Markdown table rows by their table's place in ``text`` and a key: a final-score row by its env cell, a
     final-games row by its configuration, a claim row by (env, SUPER rule, baseline), a comparison row by (env,
-    claim), a pair row by (env, configuration), a cost row by (env, protocol, CPU), a relay row by (env, protocol,
-    configuration)."""
+    claim), a pair row by (env, configuration), a claim recomputed against a pair's variant by (env, claim, set back),
+    a cost row by (env, protocol, CPU), a relay row by (env, protocol, configuration)."""
     rows = {}
     width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, PAIR_CELLS: 2, COST_CELLS: 3, RELAY_CELLS: 3}
     table, in_table = 0, False
@@ -144,6 +146,8 @@ def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
         if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             key = (str(table), *cells[:width.get(len(cells), 1)])
+            if len(cells) == CLAIM_CELLS and cells[SET_BACK_CELL] in ("baseline", "both sides"):
+                key = (str(table), cells[0], cells[1], cells[SET_BACK_CELL])
             assert key not in rows, f"two rows of one table with the key {key[1:]}"
             rows[key] = cells
     return rows
