@@ -94,6 +94,7 @@ case "${1:-}" in
     checked=(); for out in $FOLDERS; do checked+=("$wt/runs/$out"); done
     exec "$py" "$repo/scripts/check_rows.py" "${checked[@]}" ;;
   --collect)
+    [ -d "$wt/runs" ] || { echo "fig1_campaign.sh: --collect: no campaign under $wt/runs: expected the --worktree DIR of a started campaign" >&2; exit 2; }
     for out in $FOLDERS; do
       [ -d "$wt/runs/$out" ] || continue
       "$py" "$repo/scripts/collect_records.py" "$wt/runs/$out" "$repo/results/$out"

@@ -300,6 +300,20 @@ def test_campaign_status_shows_runs_and_checks_rows(tmp_path: Path) -> None:
     assert r.returncode != 0 and "doubled evaluations [1]" in r.stdout  # a resume that logged a row twice
 
 
+def test_campaign_collect_without_a_campaign_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    """``fig1_campaign.sh --worktree DIR --collect`` where no campaign ran: exit 2 with one line naming the folder, and
+    nothing created there (a folder at the worktree's place would stop the campaign from creating its worktree)."""
+    import subprocess
+
+    wt = tmp_path / "no-campaign"
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "fig1_campaign.sh"), "--worktree", str(wt), "--collect"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [f"fig1_campaign.sh: --collect: no campaign under {wt}/runs: expected the "
+                                     "--worktree DIR of a started campaign"]
+    assert not wt.exists()
+
+
 def test_plot_analysis_on_the_records_reads_shipped_random_returns_and_says_what_it_does(tmp_path: Path) -> None:
     """``super-marl plot results/fig1 --analysis`` through the real CLI: each phase is announced on stderr, the
     random-policy returns come from experiments/random_returns.json (nothing measured), and the claim table holds
