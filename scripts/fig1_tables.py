@@ -136,7 +136,8 @@ def pairs(curves: list[plotting.RunCurve], variants: list[plotting.RunCurve], ro
     found = analysis.deviation_pairs(curves, variants)
     lines = [PAIR_HEADER]
     for r in found:
-        mean = f"{r['mean_difference']:+.1f}" + ("" if r["pairs"] < 2 else f" {_ci(r['ci_low'], r['ci_high'])}")
+        ci = _ci(r["ci_low"], r["ci_high"])  # "-" where one pair gives no interval: the mean alone then
+        mean = f"{r['mean_difference']:+.1f}" + ("" if ci == "-" else f" {ci}")
         per_seed = {k: ", ".join(f"s{s} {v:+.1f}" for s, v in zip(r["seeds"], r[k]))
                     for k in ("base_scores", "variant_scores", "differences")}
         lines.append(f"| {r['env'].replace('_', ' ')} | {_name(r['configuration'])} | {r['deviation']} | "

@@ -30,7 +30,7 @@ RUNS = _records(FIG1)
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
-from fig1_tables import COMPANIONS, SECTIONS, replace_tables, tables  # noqa: E402
+from fig1_tables import COMPANIONS, SECTIONS, SET_BACK, replace_tables, tables  # noqa: E402
 
 COMPANION_RUNS = {name: _records(ROOT / "results" / name) for name in COMPANIONS}
 """the run records of the campaign folders beside results/fig1: the deviation pairs (stage 5), the plain-DQN lines
@@ -146,7 +146,7 @@ def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
         if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             key = (str(table), *cells[:width.get(len(cells), 1)])
-            if len(cells) == CLAIM_CELLS and cells[SET_BACK_CELL] in ("baseline", "both sides"):
+            if len(cells) == CLAIM_CELLS and cells[SET_BACK_CELL] in SET_BACK.values():
                 key = (str(table), cells[0], cells[1], cells[SET_BACK_CELL])
             assert key not in rows, f"two rows of one table with the key {key[1:]}"
             rows[key] = cells
