@@ -30,7 +30,7 @@ RUNS = _records(FIG1)
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_rows import check  # noqa: E402
 from collect_records import OPTIONAL_FILES, RECORD_FILES, collect  # noqa: E402
-from fig1_tables import COMPANIONS, SECTIONS, SET_BACK, replace_tables, tables  # noqa: E402
+from fig1_tables import COMPANIONS, SECTIONS, replace_tables, tables  # noqa: E402
 
 COMPANION_RUNS = {name: _records(ROOT / "results" / name) for name in COMPANIONS}
 """the run records of the campaign folders beside results/fig1: the deviation pairs (stage 5), the plain-DQN lines
@@ -114,40 +114,26 @@ def test_run_costs_give_each_env_and_protocol_of_the_records_a_row() -> None:
         assert any(line.startswith(f"| {env} | {protocol} |") for line in text.splitlines()), (env, protocol)
 
 
-CLAIM_CELLS = 12
-"""cells of a claim-table row (a final-score row has one per configuration plus the env)"""
-
-
-COMPARISON_CELLS = 11
-"""cells of a row of the protocol comparison (env, claim, then runs, difference, p and verdict per protocol, same)"""
-SET_BACK_CELL = 6
-"""the cell of a claim recomputed against a deviation pair's variant that says which sides are set back (env, claim,
-the paper's four, set back, the variant's four, ours: as many cells as a claim row)"""
-PAIR_CELLS = 9
-"""cells of a deviation pair's row (env, configuration, setting, pairs, per-seed scores and differences, mean, p)"""
-COST_CELLS = 8
-"""cells of a row of the run-cost table (env, protocol, CPU, then runs, wall times, rates, full budget)"""
-RELAY_CELLS = 6
-"""cells of a row of the relay table (env, protocol, configuration, seeds, fraction per seed, mean)"""
+KEY_COLUMNS = {"env", "configuration", "SUPER rule", "baseline", "claim", "set back", "set back to ours", "protocol",
+               "CPU"}
+"""the columns of results.md's Figure 1 tables that name a row; every other column holds the row's numbers"""
 
 
 def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
-    """Markdown table rows by their table's place in ``text`` and a key: a final-score row by its env cell, a
-    final-games row by its configuration, a claim row by (env, SUPER rule, baseline), a comparison row by (env,
-    claim), a pair row by (env, configuration), a claim recomputed against a pair's variant by (env, claim, set back),
-    a cost row by (env, protocol, CPU), a relay row by (env, protocol, configuration)."""
-    rows = {}
-    width = {CLAIM_CELLS: 3, COMPARISON_CELLS: 2, PAIR_CELLS: 2, COST_CELLS: 3, RELAY_CELLS: 3}
-    table, in_table = 0, False
+    """Markdown table rows by their table's place in ``text`` and their cells under the table's KEY_COLUMNS: a
+    final-score row by its env, a claim row by (env, SUPER rule, baseline), a claim recomputed against a deviation
+    pair's variant by (env, claim, set back), and so on, whatever the table's width."""
+    rows: dict[tuple[str, ...], list[str]] = {}
+    table, header = 0, None
     for line in text.splitlines():
-        if line.startswith("|") and not in_table:
-            table += 1
-        in_table = line.startswith("|")
-        if line.startswith("| ") and not line.startswith(("| env |", "| configuration |", "|---")):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            key = (str(table), *cells[:width.get(len(cells), 1)])
-            if len(cells) == CLAIM_CELLS and cells[SET_BACK_CELL] in SET_BACK.values():
-                key = (str(table), cells[0], cells[1], cells[SET_BACK_CELL])
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            table, header = table + 1, cells
+        elif not set(line) <= set("|-: "):
+            key = (str(table), *(cell for name, cell in zip(header, cells) if name in KEY_COLUMNS))
             assert key not in rows, f"two rows of one table with the key {key[1:]}"
             rows[key] = cells
     return rows
