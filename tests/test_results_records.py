@@ -119,20 +119,30 @@ KEY_COLUMNS = {"env", "configuration", "SUPER rule", "baseline", "claim", "set b
 """the columns of results.md's Figure 1 tables that name a row; every other column holds the row's numbers"""
 
 
-def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
-    """Markdown table rows by their table's place in ``text`` and their cells under the table's KEY_COLUMNS: a
-    final-score row by its env, a claim row by (env, SUPER rule, baseline), a claim recomputed against a deviation
-    pair's variant by (env, claim, set back), and so on, whatever the table's width."""
-    rows: dict[tuple[str, ...], list[str]] = {}
-    table, header = 0, None
+def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The markdown tables in ``text``, in order: each its header's cells and its rows' cells."""
+    tables: list[tuple[list[str], list[list[str]]]] = []
+    header = None
     for line in text.splitlines():
         if not line.startswith("|"):
             header = None
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if header is None:
-            table, header = table + 1, cells
+            header = cells
+            tables.append((header, []))
         elif not set(line) <= set("|-: "):
+            tables[-1][1].append(cells)
+    return tables
+
+
+def _rows(text: str) -> dict[tuple[str, ...], list[str]]:
+    """Markdown table rows by their table's place in ``text`` and their cells under the table's KEY_COLUMNS: a
+    final-score row by its env, a claim row by (env, SUPER rule, baseline), a claim recomputed against a deviation
+    pair's variant by (env, claim, set back), and so on, whatever the table's width."""
+    rows: dict[tuple[str, ...], list[str]] = {}
+    for table, (header, body) in enumerate(_tables(text), start=1):
+        for cells in body:
             key = (str(table), *(cell for name, cell in zip(header, cells) if name in KEY_COLUMNS))
             assert key not in rows, f"two rows of one table with the key {key[1:]}"
             rows[key] = cells
@@ -382,8 +392,11 @@ def test_the_pair_tables_read_a_claim_with_its_baseline_and_with_both_sides_set_
     assert (f"| pursuit | no sharing | {deviation} | 3 | s1 +110.0, s2 +120.0, s3 +130.0 | s1 +60.0, s2 +70.0, s3 +80.0 | "
             "s1 -50.0, s2 -50.0, s3 -50.0 | -50.0 ") in text
     assert f"| pursuit | SUPER quantile | {deviation} | 3 | " in text and "| +60.0 [60.0, 60.0] | " in text
-    recomputed = {tuple(cells[i] for i in (1, 6, 7, 8)) for line in text.splitlines()
-                  if line.startswith("| pursuit | quantile - ") and len(cells := line.split(" | ")) == 12}
+    # the claims recomputed against the variants: claim, set back, and the variant's runs and difference beside it
+    [(header, body)] = [table for table in _tables(text) if "against the variant: runs" in table[0]]
+    at = header.index("against the variant: runs")
+    recomputed = {(cells[1], cells[header.index("set back")], cells[at], cells[at + 1]) for cells in body
+                  if cells[0] == "pursuit" and cells[1].startswith("quantile - ")}
     # IQM of 3 runs is the middle one: SUPER quantile 220 (its variant 280) against 120 / 70 and 170 / 160
     assert recomputed == {("quantile - no sharing", "baseline", "3 vs 3", "+150.0"),
                           ("quantile - no sharing", "both sides", "3 vs 3", "+210.0"),
