@@ -394,9 +394,9 @@ def test_the_pair_tables_read_a_claim_with_its_baseline_and_with_both_sides_set_
     assert f"| pursuit | SUPER quantile | {deviation} | 3 | " in text and "| +60.0 [60.0, 60.0] | " in text
     # the claims recomputed against the variants: claim, set back, and the variant's runs and difference beside it
     [(header, body)] = [table for table in _tables(text) if "against the variant: runs" in table[0]]
-    at = header.index("against the variant: runs")
-    recomputed = {(cells[1], cells[header.index("set back")], cells[at], cells[at + 1]) for cells in body
-                  if cells[0] == "pursuit" and cells[1].startswith("quantile - ")}
+    env, claim, set_back, at = map(header.index, ("env", "claim", "set back", "against the variant: runs"))
+    recomputed = {(cells[claim], cells[set_back], cells[at], cells[at + 1]) for cells in body
+                  if cells[env] == "pursuit" and cells[claim].startswith("quantile - ")}
     # IQM of 3 runs is the middle one: SUPER quantile 220 (its variant 280) against 120 / 70 and 170 / 160
     assert recomputed == {("quantile - no sharing", "baseline", "3 vs 3", "+150.0"),
                           ("quantile - no sharing", "both sides", "3 vs 3", "+210.0"),
