@@ -210,13 +210,13 @@ def test_relay_table_reads_share_all_as_every_row_where_no_sender_dies() -> None
     """The relay table's run value leaves out the step-0 evaluation (before any relay): off battle (no sender lacks
     rows there) share-all, which relays every row, reads 1 on every run, and quantile and stochastic, which aim at
     b = 0.1, read 0.09-0.115 (the paper's gaussian, on the variance, misses b: 0.188 on adversarial pursuit)."""
-    text = tables([], FIG1, "relay")
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
-    off_battle = [r for r in rows if not r[0].startswith("battle")]
-    share_all = [r for r in off_battle if r[2] == "share-all"]
-    assert share_all and all(v == "1.000" for r in share_all for v in r[4].split(", "))
-    aimed = [r for r in off_battle if r[2] in ("SUPER quantile", "SUPER stochastic")]
-    assert aimed and all(0.09 < float(v) < 0.115 for r in aimed for v in r[4].split(", "))
+    [(header, rows)] = _tables(tables([], FIG1, "relay"))
+    env, configuration, fractions = map(header.index, ("env", "configuration", "fraction relayed, per seed"))
+    off_battle = [r for r in rows if not r[env].startswith("battle")]
+    share_all = [r for r in off_battle if r[configuration] == "share-all"]
+    assert share_all and all(v == "1.000" for r in share_all for v in r[fractions].split(", "))
+    aimed = [r for r in off_battle if r[configuration] in ("SUPER quantile", "SUPER stochastic")]
+    assert aimed and all(0.09 < float(v) < 0.115 for r in aimed for v in r[fractions].split(", "))
 
 
 def test_collect_copies_new_and_changed_records_and_leaves_the_rest(tmp_path: Path,
