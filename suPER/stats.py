@@ -87,31 +87,32 @@ def welch_tost_p(x: Any, y: Any, margin: float) -> float:
 
 
 def seeds_for_power(x: Any, y: Any, alpha: float = 0.05, power: float = 0.8, limit: int = 10_000) -> float:
-    """Runs per side a two-sided two-sample t-test needs for ``power`` at the observed effect (Cohen 1988).
+    """Runs per side Welch's two-sided test needs for ``power`` at the observed effect: the test the verdicts use.
 
-    The effect is the observed mean difference over the pooled standard deviation of the runs,
-    ``delta = |mean(x) - mean(y)| / s_pooled``; with n runs a side the test statistic is noncentral t with
-    ``df = 2n - 2`` and noncentrality ``delta * sqrt(n / 2)``, and power is ``P(|T| > t_{1 - alpha/2, df})``. Returns
-    the smallest n >= 2 reaching ``power``, inf when none up to ``limit`` does (no observed effect), NaN with
-    fewer than 2 runs a side. An estimate: the observed effect of a few runs is itself uncertain.
+    With n runs a side and the runs' sample variances ``vx``, ``vy`` taken as the true ones, the statistic is
+    noncentral t with noncentrality ``|mean(x) - mean(y)| / sqrt((vx + vy) / n)`` and Welch-Satterthwaite
+    ``df = (n - 1) (vx + vy)^2 / (vx^2 + vy^2)``; power is ``P(|T| > t_{1 - alpha/2, df})``. At equal variances this
+    is Cohen's (1988) pooled two-sample t (``df = 2n - 2``); unequal ones lower the df and ask for more runs. Returns
+    the smallest n >= 2 reaching ``power``, inf when none up to ``limit`` does (no observed effect), NaN with fewer
+    than 2 runs a side. An estimate: the observed effect of a few runs is itself uncertain.
     """
     from scipy import stats
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 2 or len(y) < 2:
         return float("nan")
-    pooled = np.sqrt(((len(x) - 1) * x.var(ddof=1) + (len(y) - 1) * y.var(ddof=1)) / (len(x) + len(y) - 2))
+    vx, vy = x.var(ddof=1), y.var(ddof=1)
     diff = abs(x.mean() - y.mean())
     if diff == 0:
         return float("inf")
-    if pooled == 0:
+    if vx + vy == 0:
         return 2.0
-    delta = diff / pooled
+    df_per_run = (vx + vy) ** 2 / (vx**2 + vy**2)  # Welch's df is (n - 1) times this: between 1 and 2
 
     def reaches(n: int) -> bool:
-        df = 2 * n - 2
+        df = (n - 1) * df_per_run
         crit = stats.t.ppf(1 - alpha / 2, df)
-        nc = delta * np.sqrt(n / 2)
+        nc = diff / np.sqrt((vx + vy) / n)
         # P(T > crit) + P(T < -crit); the second as P(T' > crit) at -nc, which is the same number: scipy 1.17's
         # nct.cdf returns NaN there once nc passes ~5, its sf does not
         return bool(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc) >= power)
