@@ -62,6 +62,12 @@ def holm(p_values: Any) -> np.ndarray:
     return out
 
 
+def _welch_df(se2_x: float, n_x: int, se2_y: float, n_y: int) -> float:
+    """Welch-Satterthwaite degrees of freedom from each side's squared standard error ``var / n`` and run count:
+    ``(se2_x + se2_y)^2 / (se2_x^2 / (n_x - 1) + se2_y^2 / (n_y - 1))``; a side without spread adds nothing below."""
+    return (se2_x + se2_y) ** 2 / ((se2_x**2 / (n_x - 1) if se2_x else 0.0) + (se2_y**2 / (n_y - 1) if se2_y else 0.0))
+
+
 def welch_tost_p(x: Any, y: Any, margin: float) -> float:
     """p-value of Welch's two one-sided tests (TOST; Schuirmann 1987) that ``|mean(x) - mean(y)| < margin``.
 
@@ -80,7 +86,7 @@ def welch_tost_p(x: Any, y: Any, margin: float) -> float:
     se = np.sqrt(vx + vy)
     if se == 0:
         return 0.0 if abs(d) < margin else 1.0
-    df = (vx + vy) ** 2 / ((vx**2 / (len(x) - 1) if vx else 0.0) + (vy**2 / (len(y) - 1) if vy else 0.0))
+    df = _welch_df(vx, len(x), vy, len(y))
     lower = stats.t.sf((d + margin) / se, df)  # H0: d <= -margin
     upper = stats.t.cdf((d - margin) / se, df)  # H0: d >= +margin
     return float(max(lower, upper))
@@ -107,10 +113,9 @@ def seeds_for_power(x: Any, y: Any, alpha: float = 0.05, power: float = 0.8, lim
         return float("inf")
     if vx + vy == 0:
         return 2.0
-    df_per_run = (vx + vy) ** 2 / (vx**2 + vy**2)  # Welch's df is (n - 1) times this: between 1 and 2
 
     def reaches(n: int) -> bool:
-        df = (n - 1) * df_per_run
+        df = _welch_df(vx / n, n, vy / n, n)  # (n - 1)(vx + vy)^2 / (vx^2 + vy^2): between n - 1 and 2n - 2
         crit = stats.t.ppf(1 - alpha / 2, df)
         nc = diff / np.sqrt((vx + vy) / n)
         # P(T > crit) + P(T < -crit); the second as P(T' > crit) at -nc, which is the same number: scipy 1.17's
