@@ -102,14 +102,15 @@ case "${1:-}" in
     "$py" "$repo/scripts/fig1_tables.py" --update "$repo/docs/results.md"
     report="$wt/runs/fig1-report"; rm -rf "$report"; mkdir -p "$report"
     title="the learning team's greedy evaluation return over training, SUPER against the baselines"
-    draw() {  # a protocol's figure: protocol, file stem, whose protocol, then more plot options
-      local protocol=$1 name=$2 whose=$3; shift 3
-      "$py" -m suPER.cli plot "$repo/results/fig1" --protocol "$protocol" --name "$name" --out "$report" \
-        --title "Figure 1 under $whose protocol: $title" "$@" > /dev/null
+    draw() {  # a figure: records under results/, protocol, file stem, "under ..." of its title, more plot options
+      local records=$1 protocol=$2 name=$3 under=$4; shift 4
+      "$py" -m suPER.cli plot "$repo/results/$records" --protocol "$protocol" --name "$name" --out "$report" \
+        --title "Figure 1 under $under: $title" "$@" > /dev/null
       cp "$report/$name.png" "$repo/docs/figures/$name.png"
     }
-    draw paper fig1_paper_team_return "the paper's"
-    draw ours fig1_team_return our --analysis  # with its claim table and the aggregates across envs
+    draw fig1 paper fig1_paper_team_return "the paper's protocol"
+    draw fig1 ours fig1_team_return "our protocol" --analysis  # with its claim table and the aggregates across envs
+    draw fig1_dqn paper fig1_dqn_team_return "the paper's protocol with plain DQN"
     cp "$report/fig1_team_return_aggregate.png" "$repo/docs/figures/fig1_aggregate.png"
     echo "fig1_campaign.sh: docs/results.md's tables and docs/figures redrawn; analysis for the prose in $report"
     exit 0 ;;
