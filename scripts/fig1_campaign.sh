@@ -32,8 +32,9 @@
 # Figure 1's tables, and their claims are their own Holm families.
 # Check after a resume: python scripts/check_rows.py DIR/runs (every evaluation row exactly once).
 # The report --collect redraws: docs/results.md's Figure 1 tables (scripts/fig1_tables.py --update), each protocol's
-# team-return figure and our protocol's aggregate figure in docs/figures; the analysis behind the prose (claims, notes,
-# aggregates as .md and .csv) lands in DIR/runs/fig1-report. The prose around the tables stays for a person to update.
+# team-return figure, the plain-DQN lines' (results/fig1_dqn) and our protocol's aggregate figure in docs/figures;
+# the analysis behind the prose (claims, notes, aggregates as .md and .csv) lands in DIR/runs/fig1-report. The prose
+# around the tables stays for a person to update.
 # Records made before this campaign (our protocol, seeds 1-3 and two seed-4 runs) were run at c083f22 by the
 # script's earlier version (git log -- scripts/fig1_campaign.sh).
 set -euo pipefail
